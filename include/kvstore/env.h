@@ -1,0 +1,160 @@
+// Env: every file-system access of libkvstore goes through an Env.
+//
+// Env::Default() is the POSIX implementation: reads map files read-only
+// (mmap), writes go through buffered appendable files with Sync (fdatasync),
+// and WriteFileAtomic replaces a file by temp file + fsync + rename +
+// directory fsync. NewMemEnv() keeps files in memory (tests, fuzzing);
+// FaultInjectionEnv wraps another Env and fails the Nth write, sync or
+// rename (tests of crash safety).
+//
+// Thread safety: every Env in this header may be used from many threads at
+// once. A WritableFile is used by one thread at a time. A ReadableFile is
+// immutable and may be shared freely.
+#ifndef KVSTORE_ENV_H_
+#define KVSTORE_ENV_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvstore/array.h"
+#include "kvstore/status.h"
+
+namespace kvstore {
+
+// The whole content of a file, usually a read-only mapping. The bytes stay
+// valid and unchanged while any shared_ptr to this object (or a Storage made
+// by AsStorage) is alive, even if the file is replaced or deleted meanwhile:
+// libkvstore never writes into an existing file, it replaces it by rename.
+class ReadableFile : public std::enable_shared_from_this<ReadableFile> {
+ public:
+  virtual ~ReadableFile() = default;
+  virtual std::span<const std::byte> data() const = 0;
+  uint64_t size() const { return data().size(); }
+  const std::string& path() const { return path_; }
+  // Read-only Storage over the same bytes that keeps this file alive, so
+  // Arrays can view tensors in place.
+  std::shared_ptr<Storage> AsStorage() const;
+
+ protected:
+  explicit ReadableFile(std::string path) : path_(std::move(path)) {}
+
+ private:
+  std::string path_;
+};
+
+// An appendable file. Close() or destruction does not imply Sync().
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(std::span<const std::byte> data) = 0;
+  // Flushes buffers to the OS and the OS to the device.
+  virtual Status Sync() = 0;
+  virtual Status Close() = 0;
+  // Bytes appended so far.
+  virtual uint64_t size() const = 0;
+};
+
+// An advisory, exclusive, process-level lock on a file (see Env::LockFile).
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // The process-wide POSIX Env. Never destroyed.
+  static Env* Default();
+
+  // Maps the whole file read-only. NotFound when it does not exist, IOError
+  // for other failures. An empty file gives an empty span.
+  virtual Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) = 0;
+  // Creates or truncates `path` for writing.
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Atomically replaces `to` by `from` (POSIX rename).
+  virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  virtual Status RemoveFile(const std::string& path) = 0;
+  virtual bool FileExists(const std::string& path) = 0;
+  virtual Result<uint64_t> GetFileSize(const std::string& path) = 0;
+  // Names (not paths) of the entries of `dir`, excluding "." and "..".
+  virtual Result<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
+  // Creates `dir` (and missing parents). OK if it exists.
+  virtual Status CreateDir(const std::string& dir) = 0;
+  // Makes a rename or file creation inside `dir` durable.
+  virtual Status SyncDir(const std::string& dir) = 0;
+  // Takes an exclusive advisory lock on `path` (created if missing), held
+  // until the returned object is destroyed. FailedPrecondition when another
+  // process (or another lock object in this process) holds it.
+  virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
+  // True when a process with this id exists (temp-file cleanup uses it).
+  virtual bool ProcessAlive(int64_t pid);
+  virtual int64_t ProcessId();
+};
+
+// Writes `path` atomically: `fill` appends the content to a temporary file in
+// the same directory (named "<path>.kvtmp-<pid>-<n>"); the temp file is then
+// synced, renamed over `path`, and the directory synced. On any failure
+// (including a failing `fill`) the temp file is removed and `path` is left
+// exactly as it was. Stale temp files of `path` left by dead processes are
+// removed first. Readers that mapped the old `path` keep seeing the old bytes.
+Status WriteFileAtomic(Env* env, const std::string& path,
+                       const std::function<Status(WritableFile&)>& fill);
+
+// Convenience for small files: the whole content at once, atomically.
+Status WriteStringAtomic(Env* env, const std::string& path, std::span<const std::byte> content);
+
+// The directory part of a path ("." for a bare file name).
+std::string DirName(const std::string& path);
+
+// An Env that keeps files in memory; directories are implicit. Thread-safe.
+std::unique_ptr<Env> NewMemEnv();
+
+// Wraps `base` (not owned) and injects failures. Counters count calls made
+// through this Env since construction or the last Reset().
+class FaultInjectionEnv : public Env {
+ public:
+  enum class Op { kAppend, kSync, kRename, kSyncDir, kNewWritable };
+
+  explicit FaultInjectionEnv(Env* base);
+  ~FaultInjectionEnv() override;
+
+  // The `n`-th call (1-based) of `op` from now on fails with `error`
+  // (default: IOError "injected fault"); later calls succeed again.
+  void FailNth(Op op, int n, Status error = Status());
+  // Every call of `op` fails from now on.
+  void FailAlways(Op op, Status error = Status());
+  // Clears all pending faults and counters.
+  void Reset();
+  // How many calls of `op` were made.
+  int Count(Op op) const;
+
+  Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) override;
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  Status RenameFile(const std::string& from, const std::string& to) override;
+  Status RemoveFile(const std::string& path) override;
+  bool FileExists(const std::string& path) override;
+  Result<uint64_t> GetFileSize(const std::string& path) override;
+  Result<std::vector<std::string>> GetChildren(const std::string& dir) override;
+  Status CreateDir(const std::string& dir) override;
+  Status SyncDir(const std::string& dir) override;
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+
+  // Internal: consulted by the wrapped files. Returns the injected error for
+  // this call of `op`, or OK.
+  Status MaybeFail(Op op);
+
+ private:
+  struct State;
+  Env* base_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_ENV_H_

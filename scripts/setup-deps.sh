@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvstore needs, only those that are missing.
+# Does nothing (and needs no root) when everything is present.
+set -euo pipefail
+
+packages=(
+  g++ cmake make                    # toolchain
+  libzstd-dev libcli11-dev nlohmann-json3-dev libssl-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  zstd openssl                      # reference tools for bench/ and tests
+)
+if [[ "${KVSTORE_WITH_FUZZ:-0}" == 1 ]]; then
+  packages+=(clang libclang-rt-14-dev)   # libFuzzer + sanitizer runtimes
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup-deps: installing ${missing[*]}" >&2
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup-deps: missing packages; run as root (or install them): ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
