@@ -1,0 +1,153 @@
+// Cache: the common interface of every mlx-lm cache class.
+//
+// Names follow mlx-lm's cache.py in C++ spelling (update_and_fetch ->
+// UpdateAndFetch, is_trimmable -> IsTrimmable, meta_state -> meta_state(),
+// ...), with the same results and the same state / meta_state. A member that
+// a Python class lacks (AttributeError there) returns NotSupported here;
+// where Python raises ValueError/KeyError/RuntimeError we return
+// InvalidArgument/NotFound/FailedPrecondition. Deliberate differences from
+// mlx-lm are listed in docs/compat.md.
+//
+// Tensors: attention caches take keys [B, n_kv_heads, S, Dk] and values
+// [B, n_kv_heads, S, Dv]; axis 2 is the sequence axis.
+//
+// Threads: a cache is single-writer. Const members may run concurrently
+// from many threads as long as no mutating member runs at the same time.
+// Different cache objects are independent.
+//
+// Views and snapshots:
+//   * Arrays returned by UpdateAndFetch view the cache's buffer. They stay
+//     valid (never dangle) and keep their contents until the next mutating
+//     call on that cache (UpdateAndFetch, Trim, SetState, Filter, ...); after
+//     that their contents are unspecified. Decode-step appends therefore cost
+//     O(new tokens), not O(history).
+//   * State() and Copy() are snapshots with value semantics, as in mlx-lm:
+//     they share buffers with the cache (O(layers), no byte copy) and the
+//     cache copies a buffer before its next write only while a snapshot
+//     still holds it (copy-on-write).
+//
+// Restores are transactional: when SetState, SetMetaState or CacheFromState
+// fails, the cache is exactly as before and the error names the class and
+// the violated rule. Hostile states never crash, abort or allocate absurd
+// amounts: sizes are checked before any allocation.
+#ifndef KVSTORE_CACHE_H_
+#define KVSTORE_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kvstore/array.h"
+#include "kvstore/cache_state.h"
+#include "kvstore/status.h"
+
+namespace kvstore {
+
+struct KeysValues {
+  Array keys;
+  Array values;
+};
+
+// What make_mask / create_attention_mask return: Python None, the string
+// "causal" (SDPA applies a lower-right causal mask), or a BOOL array where
+// true means "may attend".
+struct Mask {
+  enum class Kind { kNone, kCausal, kArray };
+  Kind kind = Kind::kNone;
+  Array array;  // defined only for kArray
+
+  static Mask None() { return Mask{}; }
+  static Mask Causal() { return Mask{Kind::kCausal, Array()}; }
+  static Mask FromArray(Array a) { return Mask{Kind::kArray, std::move(a)}; }
+};
+
+struct MaskOptions {
+  std::optional<int64_t> window_size;
+  bool return_array = false;
+};
+
+// Arguments of the batch caches' prepare(); unset = Python None.
+struct PrepareArgs {
+  std::optional<std::vector<int32_t>> left_padding;
+  std::optional<std::vector<int32_t>> lengths;
+  std::optional<std::vector<int32_t>> right_padding;
+};
+
+class Cache {
+ public:
+  virtual ~Cache() = default;
+
+  // The class name mlx-lm saves this cache under ("KVCache", ...).
+  virtual std::string_view class_name() const = 0;
+
+  // A deep copy with value semantics (copy.deepcopy in mlx-lm). Shares
+  // buffers copy-on-write, so it costs O(layers) until either side writes.
+  virtual std::unique_ptr<Cache> Copy() const = 0;
+
+  // ---- Attention update ----
+  // Appends S positions and returns the keys/values attention should use.
+  // NotSupported for classes without update_and_fetch (ArraysCache,
+  // CacheList) and for QuantizedKVCache (see UpdateAndFetchQuantized there).
+  virtual Result<KeysValues> UpdateAndFetch(const Array& keys, const Array& values);
+
+  // ---- Serialisable state ----
+  // Errors where mlx-lm raises (e.g. the state of an empty KVCache).
+  virtual Result<CacheState> State() const;
+  virtual Status SetState(const CacheState& state);
+  virtual MetaState meta_state() const;
+  virtual Status SetMetaState(const MetaState& meta);
+
+  // ---- Sizes ----
+  // The scalar offset (tokens seen), or nullopt for classes without one
+  // (ArraysCache, CacheList) or with a per-sequence offset (batch caches).
+  virtual std::optional<int64_t> offset() const { return std::nullopt; }
+  virtual int64_t Size() const { return 0; }
+  virtual bool Empty() const = 0;
+  // Bytes held, spare capacity included (mlx-lm's nbytes).
+  virtual Result<int64_t> Nbytes() const = 0;
+
+  // ---- Trimming ----
+  virtual bool IsTrimmable() const { return false; }
+  // Removes up to n trailing positions; returns how many were removed.
+  virtual Result<int64_t> Trim(int64_t n);
+
+  // ---- Masks ----
+  virtual Result<Mask> MakeMask(int64_t n, const MaskOptions& options) const;
+
+  // ---- Batch operations (batch caches, ArraysCache, CacheList) ----
+  virtual Status Prepare(const PrepareArgs& args);
+  virtual Status Finalize();
+  virtual Status Filter(std::span<const int64_t> batch_indices);
+  // May reorder `other` too (BatchRotatingKVCache does, like mlx-lm).
+  virtual Status Extend(Cache& other);
+  virtual Result<std::unique_ptr<Cache>> Extract(int64_t index) const;
+
+ protected:
+  Cache() = default;
+  Cache(const Cache&) = default;
+  Cache& operator=(const Cache&) = default;
+
+  // NotSupported("<class> has no <member>"), the AttributeError analogue.
+  Status Unsupported(std::string_view member) const;
+};
+
+// One cache per model layer, as mlx-lm's prompt_cache list. Entries are
+// shared: a CacheList or an LRU entry may hold the same cache object.
+using PromptCache = std::vector<std::shared_ptr<Cache>>;
+
+// Builds a cache of class `class_name` from a state and meta state, like
+// mlx-lm's `Class.from_state` (state first, then meta). Knows every class of
+// this library plus "MambaCache" (a 2-slot ArraysCache). NotFound for an
+// unknown class name; InvalidArgument naming the class and rule otherwise.
+Result<std::unique_ptr<Cache>> CacheFromState(std::string_view class_name,
+                                              const CacheState& state, const MetaState& meta);
+
+// The class names CacheFromState accepts.
+std::span<const std::string_view> KnownCacheClasses();
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CACHE_H_
