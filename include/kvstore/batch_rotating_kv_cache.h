@@ -1,0 +1,67 @@
+// BatchRotatingKVCache: mlx-lm's batched sliding-window cache (no keep).
+#ifndef KVSTORE_BATCH_ROTATING_KV_CACHE_H_
+#define KVSTORE_BATCH_ROTATING_KV_CACHE_H_
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kvstore/cache.h"
+
+namespace kvstore {
+
+// state = [keys, values, offset I32[B], left_padding I32[B]];
+// meta_state = [max_size, _offset, _idx, "True"/"False" (rotated)].
+// SetMetaState reproduces mlx-lm's bool(str) parse of the rotated flag
+// (any non-empty string is true); see docs/compat.md.
+class BatchRotatingKVCache : public Cache {
+ public:
+  static constexpr int64_t kStep = 256;
+
+  BatchRotatingKVCache(int64_t max_size, std::vector<int32_t> left_padding);
+  std::string_view class_name() const override { return "BatchRotatingKVCache"; }
+  std::unique_ptr<Cache> Copy() const override;
+
+  Result<KeysValues> UpdateAndFetch(const Array& keys, const Array& values) override;
+  Result<CacheState> State() const override;
+  Status SetState(const CacheState& state) override;
+  MetaState meta_state() const override;
+  Status SetMetaState(const MetaState& meta) override;
+
+  Array offsets() const;
+  Array left_padding() const;
+  int64_t max_size() const { return max_size_; }
+
+  int64_t Size() const override;  // min(_offset, max_size)
+  bool Empty() const override;
+  Result<int64_t> Nbytes() const override;
+  bool IsTrimmable() const override { return seq_offset_ < max_size_; }
+  Result<int64_t> Trim(int64_t n) override;
+  Result<Mask> MakeMask(int64_t n, const MaskOptions& options) const override;
+
+  Status Prepare(const PrepareArgs& args) override;
+  Status Finalize() override;
+  Status Filter(std::span<const int64_t> batch_indices) override;
+  Status Extend(Cache& other) override;
+  // A RotatingKVCache(max_size) holding row `index`.
+  Result<std::unique_ptr<Cache>> Extract(int64_t index) const override;
+  // mlx-lm RotatingKVCache.merge; all inputs must share max_size.
+  static Result<std::unique_ptr<BatchRotatingKVCache>> Merge(
+      std::span<const Cache* const> caches);
+
+ private:
+  int64_t max_size_;
+  std::vector<int32_t> offset_;
+  std::vector<int32_t> left_padding_;
+  std::optional<std::vector<int32_t>> lengths_;
+  int64_t idx_ = 0;
+  int64_t seq_offset_ = 0;  // mlx-lm's _offset
+  bool rotated_ = false;
+  struct Buffers;
+  std::shared_ptr<Buffers> buffers_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_BATCH_ROTATING_KV_CACHE_H_

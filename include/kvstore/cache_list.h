@@ -1,0 +1,55 @@
+// CacheList: several caches serving one layer (e.g. an SSM ArraysCache plus
+// an attention KVCache), mlx-lm's CacheList.
+#ifndef KVSTORE_CACHE_LIST_H_
+#define KVSTORE_CACHE_LIST_H_
+
+#include <memory>
+#include <vector>
+
+#include "kvstore/cache.h"
+
+namespace kvstore {
+
+// Children are shared references, as in Python: updating a child through its
+// own handle is visible through the list. Copy() deep-copies the children.
+// state = [child state, ...]; meta_state = [[child class names], [child metas]].
+class CacheList : public Cache {
+ public:
+  explicit CacheList(std::vector<std::shared_ptr<Cache>> children);
+  std::string_view class_name() const override { return "CacheList"; }
+  std::unique_ptr<Cache> Copy() const override;
+
+  size_t num_children() const { return children_.size(); }
+  // REQUIRES: i < num_children().
+  const std::shared_ptr<Cache>& child(size_t i) const { return children_[i]; }
+
+  Result<CacheState> State() const override;
+  Status SetState(const CacheState& state) override;
+  MetaState meta_state() const override;
+  Status SetMetaState(const MetaState& meta) override;
+  // Builds the children from their class names (meta[0]) like mlx-lm's
+  // CacheList.from_state. Nesting depth is capped.
+  static Result<std::unique_ptr<CacheList>> FromState(const CacheState& state,
+                                                      const MetaState& meta);
+
+  int64_t Size() const override;  // max over children
+  bool Empty() const override;    // first child's
+  Result<int64_t> Nbytes() const override;
+  bool IsTrimmable() const override;
+  // Trims every child; returns the last child's count (mlx-lm).
+  Result<int64_t> Trim(int64_t n) override;
+
+  Status Prepare(const PrepareArgs& args) override;
+  Status Finalize() override;
+  Status Filter(std::span<const int64_t> batch_indices) override;
+  Status Extend(Cache& other) override;
+  Result<std::unique_ptr<Cache>> Extract(int64_t index) const override;
+  static Result<std::unique_ptr<CacheList>> Merge(std::span<const Cache* const> caches);
+
+ private:
+  std::vector<std::shared_ptr<Cache>> children_;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_CACHE_LIST_H_
