@@ -7,9 +7,15 @@
 // FaultInjectionEnv wraps another Env and fails the Nth write, sync or
 // rename (tests of crash safety).
 //
+// Errors: NotFound when a named file or directory does not exist, IOError for
+// every other refusal of the operating system (ENOSPC, EIO, EACCES, ...).
+// Messages name the operation and the path and end with the system's reason,
+// e.g. "write '/data/c.safetensors.kvtmp-12-0': No space left on device".
+//
 // Thread safety: every Env in this header may be used from many threads at
 // once. A WritableFile is used by one thread at a time. A ReadableFile is
-// immutable and may be shared freely.
+// immutable and may be shared freely. Files and locks returned by an Env
+// must not outlive it (Env::Default() is never destroyed).
 #ifndef KVSTORE_ENV_H_
 #define KVSTORE_ENV_H_
 
@@ -37,7 +43,8 @@ class ReadableFile : public std::enable_shared_from_this<ReadableFile> {
   uint64_t size() const { return data().size(); }
   const std::string& path() const { return path_; }
   // Read-only Storage over the same bytes that keeps this file alive, so
-  // Arrays can view tensors in place.
+  // Arrays can view tensors in place. REQUIRES: *this is owned by a
+  // shared_ptr (always true for files returned by an Env).
   std::shared_ptr<Storage> AsStorage() const;
 
  protected:
@@ -47,12 +54,19 @@ class ReadableFile : public std::enable_shared_from_this<ReadableFile> {
   std::string path_;
 };
 
-// An appendable file. Close() or destruction does not imply Sync().
+// An appendable file. Appends may be buffered in user space: the bytes reach
+// the OS at the latest at Sync() or Close(). Close() or destruction does not
+// imply Sync(); destruction closes (and flushes) a file not yet closed,
+// dropping any error, so callers that care call Close().
+//
+// After a failed Append, Sync or Close the file's content is unknown: every
+// later call returns that first error. Append or Sync after Close is
+// FailedPrecondition; Close after Close returns the status of the first.
 class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual Status Append(std::span<const std::byte> data) = 0;
-  // Flushes buffers to the OS and the OS to the device.
+  // Flushes buffers to the OS and the OS to the device (fdatasync).
   virtual Status Sync() = 0;
   virtual Status Close() = 0;
   // Bytes appended so far.
@@ -73,12 +87,18 @@ class Env {
   static Env* Default();
 
   // Maps the whole file read-only. NotFound when it does not exist, IOError
-  // for other failures. An empty file gives an empty span.
+  // for other failures (including a directory). An empty file gives an
+  // empty span.
   virtual Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) = 0;
-  // Creates or truncates `path` for writing.
+  // Creates or truncates `path` for writing; NotFound when its directory
+  // does not exist (the in-memory Env creates directories implicitly).
+  // Truncating a file that someone has mapped breaks their mapping: replace
+  // existing files with WriteFileAtomic instead.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
-  // Atomically replaces `to` by `from` (POSIX rename).
+  // Atomically replaces `to` by `from` (POSIX rename). NotFound when `from`
+  // does not exist.
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  // NotFound when `path` does not exist.
   virtual Status RemoveFile(const std::string& path) = 0;
   virtual bool FileExists(const std::string& path) = 0;
   virtual Result<uint64_t> GetFileSize(const std::string& path) = 0;
@@ -88,21 +108,36 @@ class Env {
   virtual Status CreateDir(const std::string& dir) = 0;
   // Makes a rename or file creation inside `dir` durable.
   virtual Status SyncDir(const std::string& dir) = 0;
-  // Takes an exclusive advisory lock on `path` (created if missing), held
-  // until the returned object is destroyed. FailedPrecondition when another
-  // process (or another lock object in this process) holds it.
+  // Takes an exclusive advisory lock on `path` (created if missing, never
+  // removed), held until the returned object is destroyed. Does not wait:
+  // FailedPrecondition when another process ("held by another process") or
+  // another lock object in this process ("already held by this process")
+  // holds it. The POSIX lock is flock(2) on a close-on-exec descriptor, so it
+  // is released when the process dies, SIGKILL included.
   virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
-  // True when a process with this id exists (temp-file cleanup uses it).
+  // True when a process with this id exists (temp-file cleanup uses it);
+  // false for ids <= 0. The defaults ask the operating system (kill(pid, 0),
+  // getpid()); tests override them to fake other processes.
   virtual bool ProcessAlive(int64_t pid);
   virtual int64_t ProcessId();
 };
 
 // Writes `path` atomically: `fill` appends the content to a temporary file in
-// the same directory (named "<path>.kvtmp-<pid>-<n>"); the temp file is then
-// synced, renamed over `path`, and the directory synced. On any failure
-// (including a failing `fill`) the temp file is removed and `path` is left
-// exactly as it was. Stale temp files of `path` left by dead processes are
-// removed first. Readers that mapped the old `path` keep seeing the old bytes.
+// the same directory (named "<path>.kvtmp-<pid>-<n>", pid = env->ProcessId());
+// the temp file is then synced, closed, renamed over `path`, and the
+// directory synced. Readers that mapped the old `path` keep seeing the old
+// bytes. Concurrent calls for the same path are safe: the last rename wins.
+//
+// On a failure up to and including the rename (a failing `fill` too) the
+// error is returned, the temp file is removed and `path` is left exactly as
+// it was. When only the final directory sync fails, the error is returned
+// but `path` already holds the new content (the rename happened; its
+// durability across a power loss is what is in doubt). A process killed at
+// any moment leaves `path` complete, old or new, plus at most a temp file.
+//
+// Before writing, temp files of `path` ("<basename>.kvtmp-<pid>-<n>") whose
+// pid is not env->ProcessId() and not alive are removed; those of live
+// processes are never touched.
 Status WriteFileAtomic(Env* env, const std::string& path,
                        const std::function<Status(WritableFile&)>& fill);
 
@@ -112,11 +147,18 @@ Status WriteStringAtomic(Env* env, const std::string& path, std::span<const std:
 // The directory part of a path ("." for a bare file name).
 std::string DirName(const std::string& path);
 
-// An Env that keeps files in memory; directories are implicit. Thread-safe.
+// An Env that keeps files in memory. Thread-safe. Directories are implicit
+// ("." and "/" always exist; a directory exists once created or once a file
+// lies under it). OpenReadable returns a copy, so later writes to the file
+// never change bytes a reader holds. LockFile excludes other lock objects of
+// the same MemEnv; ProcessAlive/ProcessId are the operating system's.
 std::unique_ptr<Env> NewMemEnv();
 
-// Wraps `base` (not owned) and injects failures. Counters count calls made
-// through this Env since construction or the last Reset().
+// Wraps `base` (not owned, must outlive it) and injects failures. Counters
+// count calls made through this Env (and the writable files it returned)
+// since construction or the last Reset(), failed calls included. A failed
+// call does nothing: it does not reach `base`. Calls not listed in Op always
+// pass through.
 class FaultInjectionEnv : public Env {
  public:
   enum class Op { kAppend, kSync, kRename, kSyncDir, kNewWritable };
@@ -124,10 +166,11 @@ class FaultInjectionEnv : public Env {
   explicit FaultInjectionEnv(Env* base);
   ~FaultInjectionEnv() override;
 
-  // The `n`-th call (1-based) of `op` from now on fails with `error`
-  // (default: IOError "injected fault"); later calls succeed again.
+  // The `n`-th call (1-based) of `op` from now on fails with `error`, or,
+  // when `error` is ok (the default), with IOError "injected fault: <Op>
+  // call <index>". Later calls succeed again. REQUIRES: n >= 1.
   void FailNth(Op op, int n, Status error = Status());
-  // Every call of `op` fails from now on.
+  // Every call of `op` fails from now on (`error` as for FailNth).
   void FailAlways(Op op, Status error = Status());
   // Clears all pending faults and counters.
   void Reset();
@@ -144,6 +187,8 @@ class FaultInjectionEnv : public Env {
   Status CreateDir(const std::string& dir) override;
   Status SyncDir(const std::string& dir) override;
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+  bool ProcessAlive(int64_t pid) override;
+  int64_t ProcessId() override;
 
   // Internal: consulted by the wrapped files. Returns the injected error for
   // this call of `op`, or OK.

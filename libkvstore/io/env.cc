@@ -1,1 +1,34 @@
-// placeholder: implemented by the foundation work
+#include "kvstore/env.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+
+namespace kvstore {
+
+std::shared_ptr<Storage> ReadableFile::AsStorage() const {
+  std::span<const std::byte> bytes = data();
+  return Storage::WrapReadOnly(bytes.data(), bytes.size(), shared_from_this());
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  size_t end = path.find_last_not_of('/', slash);
+  if (end == std::string::npos) return "/";
+  return path.substr(0, end + 1);
+}
+
+bool Env::ProcessAlive(int64_t pid) {
+  // kill(0) and kill(-n) address process groups, so only positive ids that
+  // fit pid_t are meaningful here.
+  if (pid <= 0 || pid > INT_MAX) return false;
+  // EPERM means the process exists but belongs to another user.
+  return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+int64_t Env::ProcessId() { return getpid(); }
+
+}  // namespace kvstore

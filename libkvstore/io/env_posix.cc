@@ -1,1 +1,174 @@
-// placeholder: implemented by the foundation work
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "kvstore/env.h"
+#include "libkvstore/io/posix_file.h"
+
+namespace kvstore {
+namespace {
+
+// flock() alone does not exclude a second lock taken through another
+// descriptor in the same process on every file system (NFS emulates it with
+// per-process fcntl locks), so the Env also tracks the files it has locked,
+// by inode so that two spellings of one path are one lock. The owner pid
+// makes entries inherited by a forked child count as another process's.
+class LockTable {
+ public:
+  using Key = std::pair<dev_t, ino_t>;
+
+  std::mutex& mu() { return mu_; }
+  // REQUIRES: mu() held.
+  bool HeldHere(const Key& key) const {
+    auto it = owners_.find(key);
+    return it != owners_.end() && it->second == getpid();
+  }
+  void Add(const Key& key) { owners_[key] = getpid(); }
+  void Remove(const Key& key) { owners_.erase(key); }
+
+ private:
+  std::mutex mu_;
+  std::map<Key, pid_t> owners_;
+};
+
+LockTable& Locks() {
+  static auto* table = new LockTable;
+  return *table;
+}
+
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(int fd, LockTable::Key key) : fd_(fd), key_(key) {}
+  ~PosixFileLock() override {
+    // Closing under the table mutex keeps a concurrent LockFile in this
+    // process from seeing the table entry gone while the flock still holds.
+    std::lock_guard<std::mutex> guard(Locks().mu());
+    close(fd_);
+    Locks().Remove(key_);
+  }
+  PosixFileLock(const PosixFileLock&) = delete;
+  PosixFileLock& operator=(const PosixFileLock&) = delete;
+
+ private:
+  int fd_;
+  LockTable::Key key_;
+};
+
+Status SyncPath(const std::string& dir) {
+  ScopedFd fd(RetryOnEintr([&] { return open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));
+  if (fd.get() < 0) return PosixError("open directory", dir, errno);
+  // EINVAL: the file system cannot sync directories; there is nothing more
+  // to make durable through this descriptor.
+  if (RetryOnEintr([&] { return fsync(fd.get()); }) != 0 && errno != EINVAL) {
+    return PosixError("fsync directory", dir, errno);
+  }
+  return Status::OK();
+}
+
+Status MakeDir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0755) == 0) return Status::OK();
+  int err = errno;
+  struct stat st;
+  if (err == EEXIST && stat(dir.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return Status::OK();
+    return Status::IOError("create directory '" + dir + "': exists and is not a directory");
+  }
+  return PosixError("create directory", dir, err);
+}
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) override {
+    return OpenPosixReadable(path);
+  }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return NewPosixWritable(path);
+  }
+
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    if (rename(from.c_str(), to.c_str()) != 0) {
+      return PosixError("rename '" + from + "' to", to, errno);
+    }
+    return Status::OK();
+  }
+
+  Status RemoveFile(const std::string& path) override {
+    if (unlink(path.c_str()) != 0) return PosixError("remove", path, errno);
+    return Status::OK();
+  }
+
+  bool FileExists(const std::string& path) override { return access(path.c_str(), F_OK) == 0; }
+
+  Result<uint64_t> GetFileSize(const std::string& path) override {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return PosixError("stat", path, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    ScopedFd fd(
+        RetryOnEintr([&] { return open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));
+    if (fd.get() < 0) return PosixError("list directory", dir, errno);
+    DIR* d = fdopendir(fd.get());
+    if (d == nullptr) return PosixError("list directory", dir, errno);
+    fd.release();  // closedir closes it
+    std::vector<std::string> names;
+    errno = 0;
+    while (struct dirent* entry = readdir(d)) {
+      std::string_view name = entry->d_name;
+      if (name != "." && name != "..") names.emplace_back(name);
+    }
+    int err = errno;
+    closedir(d);
+    if (err != 0) return PosixError("list directory", dir, err);
+    return names;
+  }
+
+  Status CreateDir(const std::string& dir) override {
+    for (size_t pos = dir.find('/', 1); pos != std::string::npos; pos = dir.find('/', pos + 1)) {
+      if (dir[pos - 1] == '/') continue;
+      KV_RETURN_IF_ERROR(MakeDir(dir.substr(0, pos)));
+    }
+    return MakeDir(dir);
+  }
+
+  Status SyncDir(const std::string& dir) override { return SyncPath(dir); }
+
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    ScopedFd fd(
+        RetryOnEintr([&] { return open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644); }));
+    if (fd.get() < 0) return PosixError("open lock file", path, errno);
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return PosixError("stat lock file", path, errno);
+    LockTable::Key key{st.st_dev, st.st_ino};
+    std::lock_guard<std::mutex> guard(Locks().mu());
+    if (Locks().HeldHere(key)) {
+      return Status::FailedPrecondition("lock '" + path + "': already held by this process");
+    }
+    if (RetryOnEintr([&] { return flock(fd.get(), LOCK_EX | LOCK_NB); }) != 0) {
+      if (errno == EWOULDBLOCK) {
+        return Status::FailedPrecondition("lock '" + path + "': held by another process");
+      }
+      return PosixError("lock", path, errno);
+    }
+    Locks().Add(key);
+    return std::unique_ptr<FileLock>(std::make_unique<PosixFileLock>(fd.release(), key));
+  }
+};
+
+}  // namespace
+
+Env* Env::Default() {
+  static Env* env = new PosixEnv;
+  return env;
+}
+
+}  // namespace kvstore

@@ -1,0 +1,168 @@
+#include "libkvstore/io/posix_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace kvstore {
+
+Status PosixError(std::string_view op, const std::string& path, int err) {
+  std::string msg(op);
+  msg += " '";
+  msg += path;
+  msg += "': ";
+  // std::generic_category is thread-safe, unlike strerror.
+  msg += std::generic_category().message(err);
+  if (err == ENOENT) return Status::NotFound(msg);
+  return Status::IOError(msg);
+}
+
+ScopedFd::~ScopedFd() {
+  // On Linux the descriptor is released even when close fails with EINTR,
+  // so close is never retried.
+  if (fd_ >= 0) close(fd_);
+}
+
+namespace {
+
+class PosixMappedFile final : public ReadableFile {
+ public:
+  // Takes ownership of the mapping; `base` is null for an empty file.
+  PosixMappedFile(std::string path, void* base, size_t size)
+      : ReadableFile(std::move(path)), base_(base), size_(size) {}
+  ~PosixMappedFile() override {
+    if (base_ != nullptr) munmap(base_, size_);
+  }
+  PosixMappedFile(const PosixMappedFile&) = delete;
+  PosixMappedFile& operator=(const PosixMappedFile&) = delete;
+
+  std::span<const std::byte> data() const override {
+    return {static_cast<const std::byte*>(base_), size_};
+  }
+
+ private:
+  void* base_;
+  size_t size_;
+};
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override { (void)Close(); }
+  PosixWritableFile(const PosixWritableFile&) = delete;
+  PosixWritableFile& operator=(const PosixWritableFile&) = delete;
+
+  Status Append(std::span<const std::byte> data) override {
+    KV_RETURN_IF_ERROR(CheckUsable("append"));
+    size_ += data.size();
+    size_t room = kPosixWriteBuffer - buffer_.size();
+    if (data.size() < kPosixWriteBuffer && data.size() <= room) {
+      Buffer(data);
+      return Status::OK();
+    }
+    if (!buffer_.empty()) {
+      // Top up the buffer so that it goes out as one full write.
+      Buffer(data.first(room));
+      data = data.subspan(room);
+      KV_RETURN_IF_ERROR(Flush());
+    }
+    if (data.size() >= kPosixWriteBuffer) return WriteAll(data);
+    Buffer(data);
+    return Status::OK();
+  }
+
+  Status Sync() override {
+    KV_RETURN_IF_ERROR(CheckUsable("sync"));
+    KV_RETURN_IF_ERROR(Flush());
+    if (RetryOnEintr([&] { return fdatasync(fd_); }) != 0) {
+      return Fail(PosixError("fdatasync", path_, errno));
+    }
+    return Status::OK();
+  }
+
+  Status Close() override {
+    if (fd_ < 0) return error_;
+    Status s = error_.ok() ? Flush() : error_;
+    // Never retried: see ScopedFd.
+    if (close(fd_) != 0 && s.ok()) s = Fail(PosixError("close", path_, errno));
+    fd_ = -1;
+    buffer_.clear();
+    buffer_.shrink_to_fit();
+    return s;
+  }
+
+  uint64_t size() const override { return size_; }
+
+ private:
+  Status CheckUsable(std::string_view op) const {
+    if (fd_ < 0) {
+      return Status::FailedPrecondition(std::string(op) + " '" + path_ + "': file is closed");
+    }
+    return error_;
+  }
+
+  void Buffer(std::span<const std::byte> data) {
+    if (buffer_.capacity() < kPosixWriteBuffer) buffer_.reserve(kPosixWriteBuffer);
+    buffer_.insert(buffer_.end(), data.begin(), data.end());
+  }
+
+  Status Flush() {
+    if (buffer_.empty()) return Status::OK();
+    Status s = WriteAll(buffer_);
+    buffer_.clear();
+    return s;
+  }
+
+  Status WriteAll(std::span<const std::byte> data) {
+    while (!data.empty()) {
+      ssize_t n = RetryOnEintr([&] { return write(fd_, data.data(), data.size()); });
+      if (n < 0) return Fail(PosixError("write", path_, errno));
+      data = data.subspan(static_cast<size_t>(n));
+    }
+    return Status::OK();
+  }
+
+  // A failed write leaves the file's length and content unknown, so every
+  // later call reports the first error instead of appending after a hole.
+  Status Fail(Status s) {
+    error_ = s;
+    return s;
+  }
+
+  std::string path_;
+  int fd_;
+  uint64_t size_ = 0;
+  std::vector<std::byte> buffer_;
+  Status error_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const ReadableFile>> OpenPosixReadable(const std::string& path) {
+  ScopedFd fd(RetryOnEintr([&] { return open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+  if (fd.get() < 0) return PosixError("open", path, errno);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return PosixError("fstat", path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::IOError("open '" + path + "': not a regular file");
+  size_t size = static_cast<size_t>(st.st_size);
+  void* base = nullptr;
+  if (size > 0) {
+    base = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (base == MAP_FAILED) return PosixError("mmap", path, errno);
+  }
+  return std::shared_ptr<const ReadableFile>(std::make_shared<PosixMappedFile>(path, base, size));
+}
+
+Result<std::unique_ptr<WritableFile>> NewPosixWritable(const std::string& path) {
+  int fd = RetryOnEintr(
+      [&] { return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); });
+  if (fd < 0) return PosixError("open", path, errno);
+  return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, fd));
+}
+
+}  // namespace kvstore

@@ -1,0 +1,163 @@
+// POSIX-only behaviour of Env::Default(): error mapping, mmap, descriptors
+// and locks across processes.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "env_test_util.h"
+#include "kvstore/env.h"
+#include "libkvstore/io/posix_file.h"
+#include "testutil.h"
+
+namespace kvstore::testing {
+namespace {
+
+// Runs `child` in a forked process and returns its exit code (or -1).
+// `child` must not use gtest assertions; it returns the code to exit with.
+int RunInChild(const std::function<int()>& child) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(child());
+  if (pid < 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// The descriptor flags of this process's open descriptor on `path`, or -1.
+int DescriptorFlagsFor(const std::string& path) {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int flags = -1;
+  while (struct dirent* entry = readdir(d)) {
+    std::string link = std::string("/proc/self/fd/") + entry->d_name;
+    char target[PATH_MAX];
+    ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    if (std::string(target, static_cast<size_t>(n)) == path) {
+      flags = fcntl(atoi(entry->d_name), F_GETFD);
+      break;
+    }
+  }
+  closedir(d);
+  return flags;
+}
+
+TEST(PosixErrorTest, MapsErrnoToCodeWithPathAndReason) {
+  EXPECT_THAT(PosixError("open", "/x/y", ENOENT),
+              HasCode(StatusCode::kNotFound, "open '/x/y': No such file or directory"));
+  EXPECT_THAT(PosixError("write", "/x/y", ENOSPC),
+              HasCode(StatusCode::kIOError, "write '/x/y': No space left on device"));
+  EXPECT_THAT(PosixError("fdatasync", "/x/y", EIO),
+              HasCode(StatusCode::kIOError, "fdatasync '/x/y': Input/output error"));
+  EXPECT_THAT(PosixError("open", "/x/y", EACCES), HasCode(StatusCode::kIOError, "/x/y"));
+}
+
+TEST(PosixEnvTest, DeviceFullIsIOErrorNamingThePath) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
+  Env* env = Env::Default();
+  ASSERT_OK_AND_ASSIGN(auto file, env->NewWritableFile("/dev/full"));
+  ASSERT_OK(file->Append(AsBytes("small, buffered")));
+  Status sync = file->Sync();
+  EXPECT_THAT(sync, HasCode(StatusCode::kIOError, "write '/dev/full': No space left on device"));
+  // The first error sticks.
+  EXPECT_EQ(file->Append(AsBytes("more")).ToString(), sync.ToString());
+  EXPECT_EQ(file->Close().ToString(), sync.ToString());
+
+  ASSERT_OK_AND_ASSIGN(auto direct, env->NewWritableFile("/dev/full"));
+  std::string large(kPosixWriteBuffer, 'x');
+  EXPECT_THAT(direct->Append(AsBytes(large)), HasCode(StatusCode::kIOError, "/dev/full"));
+}
+
+TEST(PosixEnvTest, OpenDirectoryOrMissingParent) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  EXPECT_THAT(env->OpenReadable(tmp.path()), HasCode(StatusCode::kIOError, "not a regular file"));
+  std::string orphan = tmp.Join("no/such/dir/f");
+  EXPECT_THAT(env->NewWritableFile(orphan), HasCode(StatusCode::kNotFound, orphan));
+  EXPECT_THAT(env->SyncDir(tmp.Join("none")), HasCode(StatusCode::kNotFound, tmp.Join("none")));
+}
+
+TEST(PosixEnvTest, ReadIsAMappingOfTheFile) {
+  TempDir tmp;
+  std::string path = tmp.Join("f");
+  ASSERT_OK(WriteString(Env::Default(), path, "mapped bytes"));
+  ASSERT_OK_AND_ASSIGN(auto file, Env::Default()->OpenReadable(path));
+  // The descriptor is closed after mapping; the mapping shows the file.
+  EXPECT_EQ(DescriptorFlagsFor(path), -1);
+  EXPECT_EQ(ToString(file->data()), "mapped bytes");
+}
+
+TEST(PosixEnvTest, DescriptorsAreCloseOnExec) {
+  TempDir tmp;
+  std::string path = tmp.Join("f");
+  ASSERT_OK_AND_ASSIGN(auto file, Env::Default()->NewWritableFile(path));
+  int flags = DescriptorFlagsFor(path);
+  ASSERT_NE(flags, -1);
+  EXPECT_TRUE(flags & FD_CLOEXEC);
+
+  std::string lock_path = tmp.Join("LOCK");
+  ASSERT_OK_AND_ASSIGN(auto lock, Env::Default()->LockFile(lock_path));
+  flags = DescriptorFlagsFor(lock_path);
+  ASSERT_NE(flags, -1);
+  EXPECT_TRUE(flags & FD_CLOEXEC);
+}
+
+TEST(PosixEnvTest, AsStorageKeepsTheMappingAlive) {
+  TempDir tmp;
+  std::string path = tmp.Join("f");
+  ASSERT_OK(WriteString(Env::Default(), path, "tensor bytes"));
+  std::shared_ptr<Storage> storage;
+  const std::byte* mapped = nullptr;
+  {
+    ASSERT_OK_AND_ASSIGN(auto file, Env::Default()->OpenReadable(path));
+    storage = file->AsStorage();
+    mapped = file->data().data();
+  }
+  ASSERT_OK(Env::Default()->RemoveFile(path));
+  ASSERT_NE(storage, nullptr);
+  EXPECT_FALSE(storage->writable());
+  EXPECT_EQ(storage->data(), mapped);
+  EXPECT_EQ(ToString({storage->data(), storage->size()}), "tensor bytes");
+}
+
+TEST(PosixEnvTest, LockSeesOtherSpellingOfSamePath) {
+  TempDir tmp;
+  ASSERT_OK_AND_ASSIGN(auto lock, Env::Default()->LockFile(tmp.Join("LOCK")));
+  EXPECT_THAT(Env::Default()->LockFile(tmp.path() + "/./LOCK"),
+              HasCode(StatusCode::kFailedPrecondition, "already held by this process"));
+}
+
+TEST(PosixEnvTest, LockExcludesAnotherProcess) {
+  TempDir tmp;
+  std::string path = tmp.Join("LOCK");
+  auto try_lock_in_child = [&] {
+    Result<std::unique_ptr<FileLock>> lock = Env::Default()->LockFile(path);
+    if (lock.ok()) return 0;
+    bool other = lock.status().code() == StatusCode::kFailedPrecondition &&
+                 lock.status().message().find("held by another process") != std::string::npos;
+    return other ? 1 : 2;
+  };
+  {
+    ASSERT_OK_AND_ASSIGN(auto lock, Env::Default()->LockFile(path));
+    EXPECT_EQ(RunInChild(try_lock_in_child), 1);
+  }
+  EXPECT_EQ(RunInChild(try_lock_in_child), 0);
+  // A lock held by a child is released when the child dies, even unclean.
+  EXPECT_EQ(RunInChild([&] {
+              auto lock = Env::Default()->LockFile(path);
+              if (!lock.ok()) return 1;
+              _exit(0);  // no destructors run
+            }),
+            0);
+  EXPECT_OK(Env::Default()->LockFile(path));
+}
+
+}  // namespace
+}  // namespace kvstore::testing
