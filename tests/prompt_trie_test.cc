@@ -82,6 +82,8 @@ TEST(PromptTrieTest, GetMissingModelNodeOrValueIsNotFound) {
   EXPECT_EQ(trie.Find("m", Tokens{1, 2}), nullptr);
   ASSERT_NE(trie.Find("m", Tokens{1}), nullptr);
   EXPECT_EQ(*trie.Find("m", Tokens{1}), "one");
+  *trie.Find("m", Tokens{1}) = "uno";
+  EXPECT_EQ(*std::as_const(trie).Find("m", Tokens{1}), "uno");
 }
 
 TEST(PromptTrieTest, SearchFollowsMlxRules) {

@@ -19,6 +19,7 @@
 #ifndef KVSTORE_PROMPT_TRIE_H_
 #define KVSTORE_PROMPT_TRIE_H_
 
+#include <cassert>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -163,6 +164,9 @@ class PromptTrie {
     Result<Slot> slot = core_.Find(model, tokens);
     return slot.ok() ? ValueAt(*slot) : nullptr;
   }
+  Value* Find(std::string_view model, std::span<const int32_t> tokens) {
+    return const_cast<Value*>(std::as_const(*this).Find(model, tokens));
+  }
 
   // Removes and returns the value at (model, tokens), then deletes the nodes
   // left empty on the way back to the root (pop). Errors as Get, no change.
@@ -237,6 +241,7 @@ class PromptTrie {
       values_[slot] = std::move(value);
       return slot;
     }
+    assert(values_.size() < Core::kNoSlot);
     values_.emplace_back(std::move(value));
     return static_cast<Slot>(values_.size() - 1);
   }
