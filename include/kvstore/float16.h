@@ -4,7 +4,7 @@
 // +-Inf; NaN stays NaN (quiet, sign kept); subnormals are produced and read
 // exactly. 16-bit -> float is exact. Both directions are tested over all
 // 65,536 bit patterns. The bulk versions give the same bits as the scalar
-// ones and use F16C/AVX2 where the CPU has them.
+// ones (plain loops the compiler vectorises; no FPU rounding-mode dependence).
 //
 // Thread safety: pure functions.
 #ifndef KVSTORE_FLOAT16_H_
