@@ -1,1 +1,97 @@
-// placeholder: implemented by the foundation work
+// SHA-256 through OpenSSL's EVP interface (which picks SHA-NI/AVX2 code
+// paths at run time).
+#include "kvstore/sha256.h"
+
+#include <openssl/evp.h>
+
+#include <cassert>
+
+#include "kvstore/array.h"
+
+namespace kvstore {
+
+namespace {
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+}  // namespace
+
+std::string Sha256Digest::ToHex() const {
+  std::string out(kSize * 2, '0');
+  for (size_t i = 0; i < kSize; ++i) {
+    out[2 * i] = kHexDigits[bytes_[i] >> 4];
+    out[2 * i + 1] = kHexDigits[bytes_[i] & 0xF];
+  }
+  return out;
+}
+
+std::optional<Sha256Digest> Sha256Digest::FromHex(std::string_view hex) {
+  if (hex.size() != kSize * 2) return std::nullopt;
+  std::array<uint8_t, kSize> bytes;
+  for (size_t i = 0; i < kSize; ++i) {
+    const int hi = HexValue(hex[2 * i]);
+    const int lo = HexValue(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return Sha256Digest(bytes);
+}
+
+struct Sha256Hasher::Impl {
+  EVP_MD_CTX* ctx = nullptr;
+  Impl() : ctx(EVP_MD_CTX_new()) { Reset(); }
+  ~Impl() { EVP_MD_CTX_free(ctx); }
+  void Reset() {
+    // Only fails on allocation failure inside OpenSSL; treat like bad_alloc.
+    if (ctx == nullptr || EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) != 1) {
+      throw std::bad_alloc();
+    }
+  }
+};
+
+Sha256Hasher::Sha256Hasher() : impl_(std::make_unique<Impl>()) {}
+Sha256Hasher::~Sha256Hasher() = default;
+Sha256Hasher::Sha256Hasher(Sha256Hasher&&) noexcept = default;
+Sha256Hasher& Sha256Hasher::operator=(Sha256Hasher&&) noexcept = default;
+
+void Sha256Hasher::Update(std::span<const std::byte> data) {
+  if (!data.empty()) EVP_DigestUpdate(impl_->ctx, data.data(), data.size());
+}
+
+void Sha256Hasher::Update(std::string_view data) {
+  if (!data.empty()) EVP_DigestUpdate(impl_->ctx, data.data(), data.size());
+}
+
+Sha256Digest Sha256Hasher::Finish() {
+  std::array<uint8_t, Sha256Digest::kSize> out;
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(impl_->ctx, out.data(), &len);
+  assert(len == Sha256Digest::kSize);
+  impl_->Reset();
+  return Sha256Digest(out);
+}
+
+Sha256Digest Sha256(std::span<const std::byte> data) {
+  Sha256Hasher h;
+  h.Update(data);
+  return h.Finish();
+}
+
+Sha256Digest Sha256(std::string_view data) {
+  Sha256Hasher h;
+  h.Update(data);
+  return h.Finish();
+}
+
+Sha256Digest Sha256(const Array& array) {
+  Sha256Hasher h;
+  array.ForEachRun([&](std::span<const std::byte> run) { h.Update(run); });
+  return h.Finish();
+}
+
+}  // namespace kvstore
