@@ -1,1 +1,549 @@
-// placeholder: implemented by the foundation work
+// A strict RFC 8259 parser and an nlohmann-compatible serializer.
+//
+// Written here rather than wrapping nlohmann::json because the safetensors
+// rules need things nlohmann does not give directly: duplicate-key
+// rejection, exact int64/uint64 integers, insertion-ordered objects and
+// error offsets without exceptions.
+#include "kvstore/json.h"
+
+#include <algorithm>
+#include <cassert>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace kvstore {
+
+// ---- Value ----
+
+Json::Json(uint64_t v) {
+  if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    v_ = static_cast<int64_t>(v);
+  } else {
+    v_ = v;
+  }
+}
+
+Json::Type Json::type() const { return static_cast<Type>(v_.index()); }
+
+bool Json::as_bool() const { return std::get<bool>(v_); }
+int64_t Json::as_int() const { return std::get<int64_t>(v_); }
+uint64_t Json::as_uint() const {
+  if (type() == Type::kInt) {
+    assert(std::get<int64_t>(v_) >= 0);
+    return static_cast<uint64_t>(std::get<int64_t>(v_));
+  }
+  return std::get<uint64_t>(v_);
+}
+double Json::as_double() const {
+  switch (type()) {
+    case Type::kInt: return static_cast<double>(std::get<int64_t>(v_));
+    case Type::kUint: return static_cast<double>(std::get<uint64_t>(v_));
+    default: return std::get<double>(v_);
+  }
+}
+const std::string& Json::as_string() const { return std::get<std::string>(v_); }
+const Json::Array& Json::as_array() const { return std::get<Array>(v_); }
+Json::Array& Json::as_array() { return std::get<Array>(v_); }
+const Json::Object& Json::as_object() const { return std::get<Object>(v_); }
+Json::Object& Json::as_object() { return std::get<Object>(v_); }
+
+const Json* Json::Find(std::string_view key) const {
+  if (!is_object()) return nullptr;
+  for (const Member& m : as_object()) {
+    if (m.first == key) return &m.second;
+  }
+  return nullptr;
+}
+
+Json& Json::operator[](std::string_view key) {
+  Object& obj = as_object();
+  for (Member& m : obj) {
+    if (m.first == key) return m.second;
+  }
+  obj.emplace_back(std::string(key), Json());
+  return obj.back().second;
+}
+
+void Json::Push(Json value) { as_array().push_back(std::move(value)); }
+
+size_t Json::size() const {
+  if (is_array()) return as_array().size();
+  if (is_object()) return as_object().size();
+  return 0;
+}
+
+bool Json::operator==(const Json& other) const { return v_ == other.v_; }
+
+// ---- UTF-8 ----
+
+namespace {
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when invalid.
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  size_t len;
+  uint32_t cp;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+}  // namespace
+
+bool IsValidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+// ---- Parser ----
+
+namespace {
+
+class Parser {
+ public:
+  Parser(std::string_view text, const Json::ParseOptions& options)
+      : text_(text), options_(options) {}
+
+  Result<Json> ParseDocument() {
+    SkipSpace();
+    Json value;
+    KV_RETURN_IF_ERROR(ParseValue(value, 0));
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("unexpected data after the JSON value");
+    return value;
+  }
+
+ private:
+  Status Error(std::string_view what) const {
+    return Status::Corruption("JSON: " + std::string(what) + " at byte " + std::to_string(pos_));
+  }
+
+  void SkipSpace() {
+    while (pos_ < text_.size() &&
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' ||
+            text_[pos_] == '\r')) {
+      ++pos_;
+    }
+  }
+
+  bool Consume(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  Status ParseValue(Json& out, size_t depth) {
+    if (pos_ >= text_.size()) return Error("unexpected end of input");
+    switch (text_[pos_]) {
+      case '{': return ParseObject(out, depth + 1);
+      case '[': return ParseArray(out, depth + 1);
+      case '"': {
+        std::string s;
+        KV_RETURN_IF_ERROR(ParseString(s));
+        out = Json(std::move(s));
+        return Status::OK();
+      }
+      case 't':
+        if (Consume("true")) { out = Json(true); return Status::OK(); }
+        return Error("invalid literal");
+      case 'f':
+        if (Consume("false")) { out = Json(false); return Status::OK(); }
+        return Error("invalid literal");
+      case 'n':
+        if (Consume("null")) { out = Json(nullptr); return Status::OK(); }
+        return Error("invalid literal");
+      default: return ParseNumber(out);
+    }
+  }
+
+  Status ParseObject(Json& out, size_t depth) {
+    if (depth > options_.max_depth) return Error("nesting deeper than the limit");
+    ++pos_;  // '{'
+    Json::Object members;
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == '}') {
+      ++pos_;
+      out = Json(std::move(members));
+      return Status::OK();
+    }
+    while (true) {
+      SkipSpace();
+      if (pos_ >= text_.size() || text_[pos_] != '"') return Error("expected a string key");
+      const size_t key_pos = pos_;
+      std::string key;
+      KV_RETURN_IF_ERROR(ParseString(key));
+      if (options_.reject_duplicate_keys) {
+        for (const auto& m : members) {
+          if (m.first == key) {
+            pos_ = key_pos;
+            return Error("duplicate key \"" + key + "\"");
+          }
+        }
+      }
+      SkipSpace();
+      if (pos_ >= text_.size() || text_[pos_] != ':') return Error("expected ':'");
+      ++pos_;
+      SkipSpace();
+      Json value;
+      KV_RETURN_IF_ERROR(ParseValue(value, depth));
+      members.emplace_back(std::move(key), std::move(value));
+      SkipSpace();
+      if (pos_ >= text_.size()) return Error("unterminated object");
+      if (text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (text_[pos_] == '}') {
+        ++pos_;
+        out = Json(std::move(members));
+        return Status::OK();
+      }
+      return Error("expected ',' or '}'");
+    }
+  }
+
+  Status ParseArray(Json& out, size_t depth) {
+    if (depth > options_.max_depth) return Error("nesting deeper than the limit");
+    ++pos_;  // '['
+    Json::Array items;
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == ']') {
+      ++pos_;
+      out = Json(std::move(items));
+      return Status::OK();
+    }
+    while (true) {
+      SkipSpace();
+      Json value;
+      KV_RETURN_IF_ERROR(ParseValue(value, depth));
+      items.push_back(std::move(value));
+      SkipSpace();
+      if (pos_ >= text_.size()) return Error("unterminated array");
+      if (text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (text_[pos_] == ']') {
+        ++pos_;
+        out = Json(std::move(items));
+        return Status::OK();
+      }
+      return Error("expected ',' or ']'");
+    }
+  }
+
+  Result<uint32_t> ParseHex4() {
+    if (pos_ + 4 > text_.size()) return Error("truncated \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = text_[pos_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= c - '0';
+      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+      else return Error("bad hex digit in \\u escape");
+    }
+    return v;
+  }
+
+  static void AppendUtf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+
+  Status ParseEscape(std::string& out) {
+    if (pos_ >= text_.size()) return Error("unterminated string");
+    const char c = text_[pos_++];
+    switch (c) {
+      case '"': out += '"'; return Status::OK();
+      case '\\': out += '\\'; return Status::OK();
+      case '/': out += '/'; return Status::OK();
+      case 'b': out += '\b'; return Status::OK();
+      case 'f': out += '\f'; return Status::OK();
+      case 'n': out += '\n'; return Status::OK();
+      case 'r': out += '\r'; return Status::OK();
+      case 't': out += '\t'; return Status::OK();
+      case 'u': break;
+      default: --pos_; return Error("invalid escape");
+    }
+    KV_ASSIGN_OR_RETURN(uint32_t cp, ParseHex4());
+    if (cp >= 0xDC00 && cp <= 0xDFFF) return Error("unpaired low surrogate");
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      if (!Consume("\\u")) return Error("unpaired high surrogate");
+      KV_ASSIGN_OR_RETURN(uint32_t low, ParseHex4());
+      if (low < 0xDC00 || low > 0xDFFF) return Error("unpaired high surrogate");
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+    }
+    AppendUtf8(out, cp);
+    return Status::OK();
+  }
+
+  Status ParseString(std::string& out) {
+    ++pos_;  // opening quote
+    while (true) {
+      if (pos_ >= text_.size()) return Error("unterminated string");
+      const unsigned char c = static_cast<unsigned char>(text_[pos_]);
+      if (c == '"') {
+        ++pos_;
+        return Status::OK();
+      }
+      if (c == '\\') {
+        ++pos_;
+        KV_RETURN_IF_ERROR(ParseEscape(out));
+        continue;
+      }
+      if (c < 0x20) return Error("control character in string");
+      const size_t n = Utf8SequenceLength(text_, pos_);
+      if (n == 0) return Error("invalid UTF-8");
+      out.append(text_.substr(pos_, n));
+      pos_ += n;
+    }
+  }
+
+  static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+  Status ParseNumber(Json& out) {
+    const size_t start = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
+    if (pos_ >= text_.size() || !IsDigit(text_[pos_])) return Error("invalid value");
+    if (text_[pos_] == '0') {
+      ++pos_;
+      if (pos_ < text_.size() && IsDigit(text_[pos_])) return Error("leading zero in number");
+    } else {
+      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
+    }
+    bool integral = true;
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      integral = false;
+      ++pos_;
+      if (pos_ >= text_.size() || !IsDigit(text_[pos_])) return Error("digit expected after '.'");
+      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
+    }
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      integral = false;
+      ++pos_;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
+      if (pos_ >= text_.size() || !IsDigit(text_[pos_])) return Error("digit expected in exponent");
+      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
+    }
+    const char* first = text_.data() + start;
+    const char* last = text_.data() + pos_;
+    if (integral) {
+      int64_t i;
+      if (std::from_chars(first, last, i).ec == std::errc()) {
+        out = Json(i);
+        return Status::OK();
+      }
+      uint64_t u;
+      if (*first != '-' && std::from_chars(first, last, u).ec == std::errc()) {
+        out = Json(u);
+        return Status::OK();
+      }
+    }
+    double d;
+    auto [ptr, ec] = std::from_chars(first, last, d);
+    if (ec != std::errc() || ptr != last || !std::isfinite(d)) {
+      pos_ = start;
+      return Error("number out of range");
+    }
+    out = Json(d);
+    return Status::OK();
+  }
+
+  std::string_view text_;
+  const Json::ParseOptions& options_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<Json> Json::Parse(std::string_view text, const ParseOptions& options) {
+  return Parser(text, options).ParseDocument();
+}
+
+// ---- Serializer ----
+
+void AppendJsonString(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 0xF];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+}
+
+namespace {
+
+// nlohmann::json's number format: shortest round-trip digits, plain
+// notation for decimal exponents in (-4, 15], else d.ddde+XX with at least
+// two exponent digits; integral values keep a ".0".
+void AppendDouble(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";  // what nlohmann writes for NaN/Inf
+    return;
+  }
+  if (v == 0) {
+    out += std::signbit(v) ? "-0.0" : "0.0";
+    return;
+  }
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  std::string sign;
+  if (sci[0] == '-') {
+    sign = "-";
+    sci.erase(0, 1);
+  }
+  const size_t e_pos = sci.find('e');
+  std::string digits = sci.substr(0, e_pos);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int exp10 = std::stoi(sci.substr(e_pos + 1));
+  const int k = static_cast<int>(digits.size());
+  const int n = exp10 + 1;  // position of the decimal point
+  out += sign;
+  if (k <= n && n <= 15) {
+    out += digits;
+    out.append(static_cast<size_t>(n - k), '0');
+    out += ".0";
+  } else if (0 < n && n <= 15) {
+    out += digits.substr(0, static_cast<size_t>(n));
+    out += '.';
+    out += digits.substr(static_cast<size_t>(n));
+  } else if (-4 < n && n <= 0) {
+    out += "0.";
+    out.append(static_cast<size_t>(-n), '0');
+    out += digits;
+  } else {
+    out += digits[0];
+    if (k > 1) {
+      out += '.';
+      out += digits.substr(1);
+    }
+    const int e = n - 1;
+    out += e < 0 ? "e-" : "e+";
+    const int abs_e = e < 0 ? -e : e;
+    if (abs_e < 10) out += '0';
+    out += std::to_string(abs_e);
+  }
+}
+
+void Dump(const Json& j, const Json::DumpOptions& options, int level, std::string& out) {
+  const bool pretty = options.indent >= 0;
+  auto newline = [&](int lvl) {
+    if (!pretty) return;
+    out += '\n';
+    out.append(static_cast<size_t>(options.indent * lvl), ' ');
+  };
+  switch (j.type()) {
+    case Json::Type::kNull: out += "null"; break;
+    case Json::Type::kBool: out += j.as_bool() ? "true" : "false"; break;
+    case Json::Type::kInt: out += std::to_string(j.as_int()); break;
+    case Json::Type::kUint: out += std::to_string(j.as_uint()); break;
+    case Json::Type::kDouble: AppendDouble(out, j.as_double()); break;
+    case Json::Type::kString: AppendJsonString(out, j.as_string()); break;
+    case Json::Type::kArray: {
+      const auto& items = j.as_array();
+      if (items.empty()) {
+        out += "[]";
+        break;
+      }
+      out += '[';
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) out += ',';
+        newline(level + 1);
+        Dump(items[i], options, level + 1, out);
+      }
+      newline(level);
+      out += ']';
+      break;
+    }
+    case Json::Type::kObject: {
+      const auto& members = j.as_object();
+      if (members.empty()) {
+        out += "{}";
+        break;
+      }
+      std::vector<const Json::Member*> order;
+      for (const auto& m : members) order.push_back(&m);
+      if (options.sort_keys) {
+        std::stable_sort(order.begin(), order.end(),
+                         [](const Json::Member* a, const Json::Member* b) { return a->first < b->first; });
+      }
+      out += '{';
+      for (size_t i = 0; i < order.size(); ++i) {
+        if (i > 0) out += ',';
+        newline(level + 1);
+        AppendJsonString(out, order[i]->first);
+        out += pretty ? ": " : ":";
+        Dump(order[i]->second, options, level + 1, out);
+      }
+      newline(level);
+      out += '}';
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+std::string Json::Dump(const DumpOptions& options) const {
+  std::string out;
+  kvstore::Dump(*this, options, 0, out);
+  return out;
+}
+
+}  // namespace kvstore
