@@ -1,0 +1,121 @@
+// zstd seekable container: independent zstd frames plus a seek table in a
+// trailing skippable frame (the layout of zstd's contrib "seekable format").
+//
+// `zstd -d` on such a file gives back the byte-exact original (it
+// decompresses the frames in order and skips the skippable frame), while we
+// can decompress any byte range by touching only the frames that cover it,
+// and decompress or compress frames on all cores. Every frame carries zstd's
+// content checksum and its exact decompressed size.
+//
+// Layout (docs/format.md §6):
+//   frame 0 .. frame n-1          standard zstd frames (content size + checksum)
+//   skippable frame 0x184D2A5E    seek table: n x {u32 compressed, u32 decompressed}
+//                                 then u32 n, u8 descriptor (0), u32 0x8F92EAB1
+//
+// Thread safety: a writer is used by one thread (it runs its own workers);
+// a reader is immutable after Open and may be used from many threads.
+#ifndef KVSTORE_ZSTD_SEEKABLE_H_
+#define KVSTORE_ZSTD_SEEKABLE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvstore/env.h"
+#include "kvstore/status.h"
+
+namespace kvstore {
+
+// True when `prefix` starts with the zstd frame magic (0xFD2FB528).
+bool IsZstdFrame(std::span<const std::byte> prefix);
+
+struct ZstdWriteOptions {
+  int level = 3;                          // zstd level (negative = faster)
+  size_t frame_size = size_t{4} << 20;    // bytes of input per data frame
+  int threads = 0;                        // 0 = all cores
+};
+
+// Streams input into frames. Memory: about 2 x threads x frame_size.
+class ZstdSeekableWriter {
+ public:
+  // `out` must outlive the writer.
+  ZstdSeekableWriter(WritableFile* out, const ZstdWriteOptions& options);
+  ~ZstdSeekableWriter();
+  ZstdSeekableWriter(const ZstdSeekableWriter&) = delete;
+  ZstdSeekableWriter& operator=(const ZstdSeekableWriter&) = delete;
+
+  Status Append(std::span<const std::byte> data);
+  // Ends the current frame (if it holds bytes), so the next byte starts a
+  // new frame: used to keep a file's header in a frame of its own.
+  Status EndFrame();
+  // Ends the last frame and writes the seek table. No Append after Finish.
+  Status Finish();
+
+  uint64_t frames() const { return entries_.size(); }
+  uint64_t compressed_bytes() const { return compressed_bytes_; }
+  uint64_t uncompressed_bytes() const { return uncompressed_bytes_; }
+
+ private:
+  struct Entry {
+    uint32_t compressed;
+    uint32_t decompressed;
+  };
+  Status FlushPending(bool all);
+
+  WritableFile* out_;
+  ZstdWriteOptions options_;
+  std::vector<std::byte> current_;
+  std::vector<std::vector<std::byte>> pending_;  // full frames not yet compressed
+  std::vector<Entry> entries_;
+  uint64_t compressed_bytes_ = 0;
+  uint64_t uncompressed_bytes_ = 0;
+  Status status_;
+  bool finished_ = false;
+};
+
+struct ZstdReadLimits {
+  uint64_t max_decompressed_size = uint64_t{1} << 40;  // 1 TiB in total
+  uint64_t max_frame_size = uint64_t{1} << 30;         // 1 GiB per frame
+  uint64_t max_frames = uint64_t{1} << 24;
+};
+
+// A parsed seekable file. The bytes must outlive the reader (keep the
+// ReadableFile alive).
+class ZstdSeekableReader {
+ public:
+  struct Frame {
+    uint64_t compressed_offset;
+    uint32_t compressed_size;
+    uint64_t decompressed_offset;
+    uint32_t decompressed_size;
+  };
+
+  // Validates the seek table against the file (frames tile the bytes before
+  // it exactly; declared sizes within limits). Corruption on any mismatch,
+  // ResourceExhausted when a declared size exceeds a limit.
+  static Result<ZstdSeekableReader> Open(std::span<const std::byte> file,
+                                         const ZstdReadLimits& limits = {});
+
+  uint64_t decompressed_size() const { return decompressed_size_; }
+  const std::vector<Frame>& frames() const { return frames_; }
+
+  // Decompresses bytes [offset, offset + out.size()) of the original,
+  // touching only the frames that cover them.
+  Status Read(uint64_t offset, std::span<std::byte> out) const;
+  // Decompresses everything into `out` (decompressed_size() bytes) using
+  // `threads` workers (0 = all cores).
+  Status ReadAll(std::span<std::byte> out, int threads = 0) const;
+
+ private:
+  Status DecompressFrame(size_t index, std::span<std::byte> out) const;
+
+  std::span<const std::byte> file_;
+  std::vector<Frame> frames_;
+  uint64_t decompressed_size_ = 0;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_ZSTD_SEEKABLE_H_

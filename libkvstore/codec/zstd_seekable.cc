@@ -1,0 +1,225 @@
+#include "kvstore/zstd_seekable.h"
+
+#include <zstd.h>
+
+#include <cstring>
+#include <string>
+
+#include "libkvstore/util/parallel.h"
+
+namespace kvstore {
+namespace {
+
+constexpr uint32_t kZstdMagic = 0xFD2FB528u;
+constexpr uint32_t kSkippableMagic = 0x184D2A5Eu;  // the seekable format's skippable variant
+constexpr uint32_t kSeekableMagic = 0x8F92EAB1u;
+constexpr size_t kFooterSize = 9;       // u32 frames, u8 descriptor, u32 magic
+constexpr size_t kEntrySize = 8;        // u32 compressed, u32 decompressed (no checksums)
+constexpr size_t kMaxFrameInput = size_t{1} << 30;
+
+uint32_t LoadU32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+void StoreU32(std::vector<std::byte>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xFF));
+}
+
+Status ZstdError(std::string_view what, size_t code) {
+  return Status::Corruption("zstd: " + std::string(what) + ": " + ZSTD_getErrorName(code));
+}
+
+}  // namespace
+
+bool IsZstdFrame(std::span<const std::byte> prefix) {
+  return prefix.size() >= 4 && LoadU32(prefix.data()) == kZstdMagic;
+}
+
+// ---- Writer ----
+
+ZstdSeekableWriter::ZstdSeekableWriter(WritableFile* out, const ZstdWriteOptions& options)
+    : out_(out), options_(options) {
+  if (options_.frame_size == 0 || options_.frame_size > kMaxFrameInput) {
+    options_.frame_size = size_t{4} << 20;
+  }
+  if (options_.threads <= 0) options_.threads = DefaultThreads();
+}
+
+ZstdSeekableWriter::~ZstdSeekableWriter() = default;
+
+Status ZstdSeekableWriter::Append(std::span<const std::byte> data) {
+  if (finished_) return Status::FailedPrecondition("ZstdSeekableWriter: Append after Finish");
+  KV_RETURN_IF_ERROR(status_);
+  while (!data.empty()) {
+    const size_t room = options_.frame_size - current_.size();
+    const size_t take = std::min(room, data.size());
+    current_.insert(current_.end(), data.begin(), data.begin() + take);
+    data = data.subspan(take);
+    uncompressed_bytes_ += take;
+    if (current_.size() == options_.frame_size) KV_RETURN_IF_ERROR(EndFrame());
+  }
+  return Status::OK();
+}
+
+Status ZstdSeekableWriter::EndFrame() {
+  KV_RETURN_IF_ERROR(status_);
+  if (current_.empty()) return Status::OK();
+  pending_.push_back(std::move(current_));
+  current_.clear();
+  if (pending_.size() >= static_cast<size_t>(options_.threads)) return FlushPending(true);
+  return Status::OK();
+}
+
+// Compresses the pending frames in parallel and appends them in order.
+Status ZstdSeekableWriter::FlushPending(bool) {
+  std::vector<std::vector<std::byte>> compressed(pending_.size());
+  Status s = ParallelFor(pending_.size(), options_.threads, [&](size_t i) -> Status {
+    const std::vector<std::byte>& in = pending_[i];
+    std::vector<std::byte>& out = compressed[i];
+    out.resize(ZSTD_compressBound(in.size()));
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    if (cctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, options_.level);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+    const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), in.data(), in.size());
+    ZSTD_freeCCtx(cctx);
+    if (ZSTD_isError(n)) return ZstdError("compress", n);
+    out.resize(n);
+    return Status::OK();
+  });
+  if (!s.ok()) return status_ = s;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Status a = out_->Append(compressed[i]);
+    if (!a.ok()) return status_ = a;
+    entries_.push_back({static_cast<uint32_t>(compressed[i].size()),
+                        static_cast<uint32_t>(pending_[i].size())});
+    compressed_bytes_ += compressed[i].size();
+  }
+  pending_.clear();
+  return Status::OK();
+}
+
+Status ZstdSeekableWriter::Finish() {
+  if (finished_) return Status::FailedPrecondition("ZstdSeekableWriter: Finish twice");
+  KV_RETURN_IF_ERROR(EndFrame());
+  KV_RETURN_IF_ERROR(FlushPending(true));
+  finished_ = true;
+  std::vector<std::byte> table;
+  StoreU32(table, kSkippableMagic);
+  StoreU32(table, static_cast<uint32_t>(entries_.size() * kEntrySize + kFooterSize));
+  for (const Entry& e : entries_) {
+    StoreU32(table, e.compressed);
+    StoreU32(table, e.decompressed);
+  }
+  StoreU32(table, static_cast<uint32_t>(entries_.size()));
+  table.push_back(std::byte{0});  // descriptor: no per-frame checksums in the table
+  StoreU32(table, kSeekableMagic);
+  compressed_bytes_ += table.size();
+  return status_ = out_->Append(table);
+}
+
+// ---- Reader ----
+
+Result<ZstdSeekableReader> ZstdSeekableReader::Open(std::span<const std::byte> file,
+                                                    const ZstdReadLimits& limits) {
+  auto corrupt = [](const std::string& m) { return Status::Corruption("zstd seek table: " + m); };
+  if (file.size() < 8 + kFooterSize) return corrupt("file too short for a seek table");
+  const std::byte* footer = file.data() + file.size() - kFooterSize;
+  if (LoadU32(footer + 5) != kSeekableMagic) return corrupt("no seekable-format footer");
+  const uint64_t n = LoadU32(footer);
+  const uint8_t descriptor = static_cast<uint8_t>(footer[4]);
+  if ((descriptor & 0x7F) != 0) return corrupt("reserved descriptor bits set");
+  const uint64_t entry_size = (descriptor & 0x80) ? 12 : 8;
+  if (n > limits.max_frames) {
+    return Status::ResourceExhausted("zstd seek table: " + std::to_string(n) + " frames exceed the limit");
+  }
+  const uint64_t table_size = 8 + n * entry_size + kFooterSize;
+  if (table_size > file.size()) return corrupt("seek table larger than the file");
+  const std::byte* table = file.data() + file.size() - table_size;
+  if (LoadU32(table) != kSkippableMagic ||
+      LoadU32(table + 4) != n * entry_size + kFooterSize) {
+    return corrupt("skippable frame header does not match the footer");
+  }
+  ZstdSeekableReader r;
+  r.file_ = file;
+  uint64_t coff = 0, doff = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const std::byte* e = table + 8 + i * entry_size;
+    Frame f{coff, LoadU32(e), doff, LoadU32(e + 4)};
+    if (f.decompressed_size > limits.max_frame_size) {
+      return Status::ResourceExhausted("zstd seek table: frame " + std::to_string(i) +
+                                       " declares " + std::to_string(f.decompressed_size) + " bytes");
+    }
+    coff += f.compressed_size;
+    doff += f.decompressed_size;
+    if (coff > file.size() - table_size) return corrupt("frame " + std::to_string(i) + " runs into the seek table");
+    if (doff > limits.max_decompressed_size) {
+      return Status::ResourceExhausted("zstd seek table: total decompressed size exceeds the limit");
+    }
+    r.frames_.push_back(f);
+  }
+  if (coff != file.size() - table_size) {
+    return corrupt(std::to_string(file.size() - table_size - coff) + " bytes not covered by any frame");
+  }
+  r.decompressed_size_ = doff;
+  return r;
+}
+
+Status ZstdSeekableReader::DecompressFrame(size_t index, std::span<std::byte> out) const {
+  const Frame& f = frames_[index];
+  const std::byte* src = file_.data() + f.compressed_offset;
+  const unsigned long long declared = ZSTD_getFrameContentSize(src, f.compressed_size);
+  if (declared != f.decompressed_size) {
+    return Status::Corruption("zstd frame " + std::to_string(index) +
+                              ": content size disagrees with the seek table");
+  }
+  if (ZSTD_findFrameCompressedSize(src, f.compressed_size) != f.compressed_size) {
+    return Status::Corruption("zstd frame " + std::to_string(index) + ": size disagrees with the seek table");
+  }
+  const size_t n = ZSTD_decompress(out.data(), out.size(), src, f.compressed_size);
+  if (ZSTD_isError(n)) return ZstdError("frame " + std::to_string(index), n);
+  if (n != f.decompressed_size) {
+    return Status::Corruption("zstd frame " + std::to_string(index) + ": short frame");
+  }
+  return Status::OK();
+}
+
+Status ZstdSeekableReader::Read(uint64_t offset, std::span<std::byte> out) const {
+  if (offset > decompressed_size_ || out.size() > decompressed_size_ - offset) {
+    return Status::InvalidArgument("zstd Read: range past the end of the content");
+  }
+  const uint64_t end = offset + out.size();
+  std::vector<std::byte> scratch;
+  for (size_t i = 0; i < frames_.size() && offset < end; ++i) {
+    const Frame& f = frames_[i];
+    const uint64_t fend = f.decompressed_offset + f.decompressed_size;
+    if (fend <= offset) continue;
+    const uint64_t from = offset - f.decompressed_offset;
+    const uint64_t take = std::min<uint64_t>(fend, end) - offset;
+    std::byte* dst = out.data() + (offset - (end - out.size()));
+    if (from == 0 && take == f.decompressed_size) {
+      KV_RETURN_IF_ERROR(DecompressFrame(i, {dst, f.decompressed_size}));
+    } else {
+      scratch.resize(f.decompressed_size);
+      KV_RETURN_IF_ERROR(DecompressFrame(i, scratch));
+      std::memcpy(dst, scratch.data() + from, take);
+    }
+    offset += take;
+  }
+  return Status::OK();
+}
+
+Status ZstdSeekableReader::ReadAll(std::span<std::byte> out, int threads) const {
+  if (out.size() != decompressed_size_) {
+    return Status::InvalidArgument("zstd ReadAll: output size differs from the content size");
+  }
+  return ParallelFor(frames_.size(), threads, [&](size_t i) {
+    const Frame& f = frames_[i];
+    return DecompressFrame(i, out.subspan(f.decompressed_offset, f.decompressed_size));
+  });
+}
+
+}  // namespace kvstore

@@ -1,0 +1,19 @@
+// ParallelFor: runs fn(i) for i in [0, n) on up to `threads` threads (0 = all
+// cores). Items are handed out dynamically; returns the first error by index.
+#ifndef KVSTORE_LIBKVSTORE_UTIL_PARALLEL_H_
+#define KVSTORE_LIBKVSTORE_UTIL_PARALLEL_H_
+
+#include <cstddef>
+#include <functional>
+
+#include "kvstore/status.h"
+
+namespace kvstore {
+
+int DefaultThreads();
+
+Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_UTIL_PARALLEL_H_

@@ -1,0 +1,128 @@
+#include "kvstore/zstd_seekable.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "testutil.h"
+
+namespace kvstore {
+namespace {
+
+using ::kvstore::testing::HasCode;
+
+// Compressible but not trivial bytes.
+std::vector<std::byte> Content(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>((rng() % 7) + (i / 1000) % 3);
+  return out;
+}
+
+std::vector<std::byte> Compress(std::span<const std::byte> header, std::span<const std::byte> body,
+                                ZstdWriteOptions options, uint64_t* frames = nullptr) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  auto file = env->NewWritableFile("/c").value();
+  ZstdSeekableWriter w(file.get(), options);
+  EXPECT_OK(w.Append(header));
+  EXPECT_OK(w.EndFrame());
+  EXPECT_OK(w.Append(body));
+  EXPECT_OK(w.Finish());
+  EXPECT_EQ(w.uncompressed_bytes(), header.size() + body.size());
+  if (frames) *frames = w.frames();
+  EXPECT_OK(file->Close());
+  auto r = env->OpenReadable("/c").value();
+  return std::vector<std::byte>(r->data().begin(), r->data().end());
+}
+
+TEST(ZstdSeekableTest, RoundTripWholeAndRanges) {
+  const auto header = Content(300, 1);
+  const auto body = Content(1'000'000, 2);
+  ZstdWriteOptions options;
+  options.frame_size = 64 * 1024;
+  uint64_t frames = 0;
+  const auto packed = Compress(header, body, options, &frames);
+  EXPECT_EQ(frames, 1u + (body.size() + options.frame_size - 1) / options.frame_size);
+  EXPECT_TRUE(IsZstdFrame(packed));
+  EXPECT_LT(packed.size(), body.size());
+  ASSERT_OK_AND_ASSIGN(ZstdSeekableReader r, ZstdSeekableReader::Open(packed));
+  ASSERT_EQ(r.decompressed_size(), header.size() + body.size());
+  EXPECT_EQ(r.frames()[0].decompressed_size, header.size());  // the header has its own frame
+  std::vector<std::byte> all(r.decompressed_size());
+  ASSERT_OK(r.ReadAll(all));
+  EXPECT_TRUE(std::equal(header.begin(), header.end(), all.begin()));
+  EXPECT_TRUE(std::equal(body.begin(), body.end(), all.begin() + header.size()));
+  for (auto [off, len] : {std::pair<uint64_t, size_t>{0, 300}, {10, 5}, {290, 200000}, {999'000, 1300}}) {
+    std::vector<std::byte> part(len);
+    ASSERT_OK(r.Read(off, part));
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + off)) << off;
+  }
+  std::vector<std::byte> too_far(10);
+  EXPECT_THAT(r.Read(r.decompressed_size() - 5, too_far), HasCode(StatusCode::kInvalidArgument, "past"));
+}
+
+TEST(ZstdSeekableTest, ZstdCommandLineDecompressesToTheOriginal) {
+  if (std::system("zstd --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "zstd not installed";
+  testing::TempDir dir;
+  const auto header = Content(100, 3);
+  const auto body = Content(300'000, 4);
+  ZstdWriteOptions options;
+  options.frame_size = 50'000;
+  const auto packed = Compress(header, body, options);
+  {
+    std::ofstream out(dir.Join("f.zst"), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(packed.data()), static_cast<std::streamsize>(packed.size()));
+  }
+  const std::string cmd = "zstd -q -d -f " + dir.Join("f.zst") + " -o " + dir.Join("f");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const auto plain = testing::ReadFileBytes(dir.Join("f"));
+  ASSERT_EQ(plain.size(), header.size() + body.size());
+  EXPECT_TRUE(std::equal(header.begin(), header.end(), plain.begin()));
+  EXPECT_TRUE(std::equal(body.begin(), body.end(), plain.begin() + header.size()));
+}
+
+TEST(ZstdSeekableTest, EveryCorruptionIsAnError) {
+  const auto packed = Compress(Content(50, 5), Content(5000, 6), ZstdWriteOptions{3, 1024, 2});
+  // Flip each byte: open or decompression must fail, never return other bytes.
+  std::vector<std::byte> expect;
+  {
+    ASSERT_OK_AND_ASSIGN(ZstdSeekableReader r, ZstdSeekableReader::Open(packed));
+    expect.resize(r.decompressed_size());
+    ASSERT_OK(r.ReadAll(expect));
+  }
+  for (size_t i = 0; i < packed.size(); ++i) {
+    std::vector<std::byte> bad = packed;
+    bad[i] ^= std::byte{0x01};
+    Result<ZstdSeekableReader> r = ZstdSeekableReader::Open(bad);
+    if (!r.ok()) continue;
+    std::vector<std::byte> out(r->decompressed_size());
+    Status s = r->ReadAll(out);
+    if (s.ok()) {
+      EXPECT_EQ(out, expect) << "flip at " << i << " returned different bytes";
+    }
+  }
+  // Truncation anywhere.
+  for (size_t n = 0; n < packed.size(); n += 7) {
+    std::span<const std::byte> cut(packed.data(), n);
+    Result<ZstdSeekableReader> r = ZstdSeekableReader::Open(cut);
+    if (r.ok()) {
+      std::vector<std::byte> out(r->decompressed_size());
+      EXPECT_FALSE(r->ReadAll(out).ok()) << n;
+    }
+  }
+}
+
+TEST(ZstdSeekableTest, DeclaredSizesAreCappedBeforeAllocation) {
+  const auto packed = Compress(Content(50, 7), Content(5000, 8), ZstdWriteOptions{});
+  ZstdReadLimits tight;
+  tight.max_frame_size = 10;
+  EXPECT_THAT(ZstdSeekableReader::Open(packed, tight), HasCode(StatusCode::kResourceExhausted, "declares"));
+  ZstdReadLimits total;
+  total.max_decompressed_size = 100;
+  EXPECT_THAT(ZstdSeekableReader::Open(packed, total), HasCode(StatusCode::kResourceExhausted, "total"));
+  std::vector<std::byte> not_seekable = Content(100, 9);
+  EXPECT_THAT(ZstdSeekableReader::Open(not_seekable), HasCode(StatusCode::kCorruption, "footer"));
+}
+
+}  // namespace
+}  // namespace kvstore
