@@ -52,13 +52,14 @@ class QuantizedKVCache : public Cache {
   int group_size() const { return group_size_; }
   int bits() const { return bits_; }
 
+  struct Buffers;  // opaque: the six copy-on-write arrays (libkvstore internal)
+
  private:
   friend class KVCache;  // ToQuantized fills the buffers directly
   int group_size_;
   int bits_;
   QuantizeOptions::Rounding rounding_;
   int64_t offset_ = 0;
-  struct Buffers;
   std::shared_ptr<Buffers> buffers_;
 };
 

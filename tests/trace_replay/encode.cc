@@ -63,7 +63,8 @@ Json EncodeMask(const Mask& mask) {
     case Mask::Kind::kCausal: out["kind"] = "causal"; break;
     case Mask::Kind::kArray: {
       out["kind"] = "array";
-      for (auto& [k, v] : EncodeArray(mask.array).as_object()) out[k] = v;
+      const Json array = EncodeArray(mask.array);
+      for (const auto& [k, v] : array.as_object()) out[k] = v;
       break;
     }
   }
