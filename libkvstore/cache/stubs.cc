@@ -18,17 +18,6 @@ Status Todo(std::string_view what) { return Status::NotSupported(std::string(wha
   bool C::Empty() const { return true; }                                               \
   Result<int64_t> C::Nbytes() const { return Todo(#C); }
 
-// RotatingKVCache
-RotatingKVCache::RotatingKVCache(int64_t max_size, int64_t keep) : max_size_(max_size), keep_(keep) {}
-std::unique_ptr<Cache> RotatingKVCache::Copy() const { return std::make_unique<RotatingKVCache>(max_size_, keep_); }
-Result<KeysValues> RotatingKVCache::UpdateAndFetch(const Array&, const Array&) { return Todo("RotatingKVCache"); }
-KV_STUB_COMMON(RotatingKVCache)
-MetaState RotatingKVCache::meta_state() const { return MetaState(""); }
-Status RotatingKVCache::SetMetaState(const MetaState&) { return Todo("RotatingKVCache"); }
-int64_t RotatingKVCache::Size() const { return 0; }
-Result<int64_t> RotatingKVCache::Trim(int64_t) { return Todo("RotatingKVCache"); }
-Result<Mask> RotatingKVCache::MakeMask(int64_t, const MaskOptions&) const { return Todo("RotatingKVCache"); }
-
 // ChunkedKVCache
 ChunkedKVCache::ChunkedKVCache(std::optional<int64_t> chunk_size) : chunk_size_(chunk_size) {}
 std::unique_ptr<Cache> ChunkedKVCache::Copy() const { return std::make_unique<ChunkedKVCache>(chunk_size_); }
