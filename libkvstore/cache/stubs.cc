@@ -18,16 +18,6 @@ Status Todo(std::string_view what) { return Status::NotSupported(std::string(wha
   bool C::Empty() const { return true; }                                               \
   Result<int64_t> C::Nbytes() const { return Todo(#C); }
 
-// ChunkedKVCache
-ChunkedKVCache::ChunkedKVCache(std::optional<int64_t> chunk_size) : chunk_size_(chunk_size) {}
-std::unique_ptr<Cache> ChunkedKVCache::Copy() const { return std::make_unique<ChunkedKVCache>(chunk_size_); }
-Result<KeysValues> ChunkedKVCache::UpdateAndFetch(const Array&, const Array&) { return Todo("ChunkedKVCache"); }
-Status ChunkedKVCache::MaybeTrimFront() { return Todo("ChunkedKVCache"); }
-KV_STUB_COMMON(ChunkedKVCache)
-MetaState ChunkedKVCache::meta_state() const { return MetaState(""); }
-Status ChunkedKVCache::SetMetaState(const MetaState&) { return Todo("ChunkedKVCache"); }
-Result<int64_t> ChunkedKVCache::Trim(int64_t) { return Todo("ChunkedKVCache"); }
-
 // ArraysCache
 ArraysCache::ArraysCache(size_t size, std::vector<int32_t>) : slots_(size) {}
 std::unique_ptr<Cache> ArraysCache::Copy() const { return std::make_unique<ArraysCache>(slots_.size()); }
