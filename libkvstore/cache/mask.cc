@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "kvstore/arrays_cache.h"
+
 namespace kvstore {
 
 Result<Array> CreateCausalMask(int64_t n, const CausalMaskOptions& options) {
@@ -57,6 +59,10 @@ Result<Mask> CreateAttentionMask(int64_t n, int64_t offset, bool return_array,
 
 Result<Mask> CreateModelAttentionMask(int64_t n, const Cache* cache,
                                       std::optional<int64_t> window_size, bool return_array) {
+  if (dynamic_cast<const ArraysCache*>(cache) != nullptr) {
+    // Its make_mask(N) takes no return_array/window_size: a TypeError upstream.
+    return Status::NotSupported("ArraysCache.make_mask does not take return_array/window_size");
+  }
   if (cache != nullptr) {
     MaskOptions options;
     options.window_size = window_size;

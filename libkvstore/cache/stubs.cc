@@ -18,40 +18,6 @@ Status Todo(std::string_view what) { return Status::NotSupported(std::string(wha
   bool C::Empty() const { return true; }                                               \
   Result<int64_t> C::Nbytes() const { return Todo(#C); }
 
-// ArraysCache
-ArraysCache::ArraysCache(size_t size, std::vector<int32_t>) : slots_(size) {}
-std::unique_ptr<Cache> ArraysCache::Copy() const { return std::make_unique<ArraysCache>(slots_.size()); }
-std::unique_ptr<Cache> MambaCache::Copy() const { return std::make_unique<MambaCache>(); }
-Status ArraysCache::SetSlot(size_t, std::optional<Array>) { return Todo("ArraysCache"); }
-int64_t ArraysCache::batch_size() const { return 0; }
-Status ArraysCache::Advance(int64_t) { return Todo("ArraysCache"); }
-KV_STUB_COMMON(ArraysCache)
-Status ArraysCache::SetLegacyState(const CacheState&) { return Todo("ArraysCache"); }
-Result<Mask> ArraysCache::MakeMask(int64_t, const MaskOptions&) const { return Todo("ArraysCache"); }
-Status ArraysCache::Prepare(const PrepareArgs&) { return Todo("ArraysCache"); }
-Status ArraysCache::Finalize() { return Todo("ArraysCache"); }
-Status ArraysCache::Filter(std::span<const int64_t>) { return Todo("ArraysCache"); }
-Status ArraysCache::Extend(Cache&) { return Todo("ArraysCache"); }
-Result<std::unique_ptr<Cache>> ArraysCache::Extract(int64_t) const { return Todo("ArraysCache"); }
-Result<std::unique_ptr<ArraysCache>> ArraysCache::Merge(std::span<const Cache* const>) { return Todo("ArraysCache"); }
-
-// CacheList
-CacheList::CacheList(std::vector<std::shared_ptr<Cache>> children) : children_(std::move(children)) {}
-std::unique_ptr<Cache> CacheList::Copy() const { return std::make_unique<CacheList>(children_); }
-KV_STUB_COMMON(CacheList)
-MetaState CacheList::meta_state() const { return MetaState(""); }
-Status CacheList::SetMetaState(const MetaState&) { return Todo("CacheList"); }
-Result<std::unique_ptr<CacheList>> CacheList::FromState(const CacheState&, const MetaState&) { return Todo("CacheList"); }
-int64_t CacheList::Size() const { return 0; }
-bool CacheList::IsTrimmable() const { return false; }
-Result<int64_t> CacheList::Trim(int64_t) { return Todo("CacheList"); }
-Status CacheList::Prepare(const PrepareArgs&) { return Todo("CacheList"); }
-Status CacheList::Finalize() { return Todo("CacheList"); }
-Status CacheList::Filter(std::span<const int64_t>) { return Todo("CacheList"); }
-Status CacheList::Extend(Cache&) { return Todo("CacheList"); }
-Result<std::unique_ptr<Cache>> CacheList::Extract(int64_t) const { return Todo("CacheList"); }
-Result<std::unique_ptr<CacheList>> CacheList::Merge(std::span<const Cache* const>) { return Todo("CacheList"); }
-
 // BatchKVCache
 BatchKVCache::BatchKVCache(std::vector<int32_t> left_padding) : left_padding_(std::move(left_padding)) {}
 std::unique_ptr<Cache> BatchKVCache::Copy() const { return std::make_unique<BatchKVCache>(left_padding_); }
