@@ -18,22 +18,6 @@ Status Todo(std::string_view what) { return Status::NotSupported(std::string(wha
   bool C::Empty() const { return true; }                                               \
   Result<int64_t> C::Nbytes() const { return Todo(#C); }
 
-// BatchKVCache
-BatchKVCache::BatchKVCache(std::vector<int32_t> left_padding) : left_padding_(std::move(left_padding)) {}
-std::unique_ptr<Cache> BatchKVCache::Copy() const { return std::make_unique<BatchKVCache>(left_padding_); }
-Result<KeysValues> BatchKVCache::UpdateAndFetch(const Array&, const Array&) { return Todo("BatchKVCache"); }
-KV_STUB_COMMON(BatchKVCache)
-Array BatchKVCache::offsets() const { return Array::FromInt32s(offset_); }
-Array BatchKVCache::left_padding() const { return Array::FromInt32s(left_padding_); }
-Result<int64_t> BatchKVCache::Trim(int64_t) { return Todo("BatchKVCache"); }
-Result<Mask> BatchKVCache::MakeMask(int64_t, const MaskOptions&) const { return Todo("BatchKVCache"); }
-Status BatchKVCache::Prepare(const PrepareArgs&) { return Todo("BatchKVCache"); }
-Status BatchKVCache::Finalize() { return Todo("BatchKVCache"); }
-Status BatchKVCache::Filter(std::span<const int64_t>) { return Todo("BatchKVCache"); }
-Status BatchKVCache::Extend(Cache&) { return Todo("BatchKVCache"); }
-Result<std::unique_ptr<Cache>> BatchKVCache::Extract(int64_t) const { return Todo("BatchKVCache"); }
-Result<std::unique_ptr<BatchKVCache>> BatchKVCache::Merge(std::span<const Cache* const>) { return Todo("BatchKVCache"); }
-
 // BatchRotatingKVCache
 BatchRotatingKVCache::BatchRotatingKVCache(int64_t max_size, std::vector<int32_t> left_padding)
     : max_size_(max_size), left_padding_(std::move(left_padding)) {}
