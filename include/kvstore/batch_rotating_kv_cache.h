@@ -33,6 +33,8 @@ class BatchRotatingKVCache : public Cache {
   Array left_padding() const;
   int64_t max_size() const { return max_size_; }
 
+  struct Buffers;  // opaque: copy-on-write keys/values (libkvstore internal)
+
   int64_t Size() const override;  // min(_offset, max_size)
   bool Empty() const override;
   Result<int64_t> Nbytes() const override;
@@ -58,7 +60,6 @@ class BatchRotatingKVCache : public Cache {
   int64_t idx_ = 0;
   int64_t seq_offset_ = 0;  // mlx-lm's _offset
   bool rotated_ = false;
-  struct Buffers;
   std::shared_ptr<Buffers> buffers_;
 };
 

@@ -48,8 +48,7 @@ Result<KeysValues> BatchKVCache::UpdateAndFetch(const Array& keys, const Array& 
   if (buffers_ != nullptr) {
     const Array& kb = buffers_->keys.array();
     if (kb.dim(1) != keys.dim(1) || kb.dim(3) != keys.dim(3) ||
-        buffers_->values.array().dim(3) != values.dim(3) || kb.dtype() != keys.dtype() ||
-        buffers_->values.array().dtype() != values.dtype()) {
+        buffers_->values.array().dim(3) != values.dim(3)) {
       return Bad("update " + keys.Describe() + " does not fit the cached " + kb.Describe());
     }
   }
@@ -67,8 +66,11 @@ Result<KeysValues> BatchKVCache::UpdateAndFetch(const Array& keys, const Array& 
     buffers_->keys.Reset(grow(buffers_->keys, keys));
     buffers_->values.Reset(grow(buffers_->values, values));
   }
-  KV_RETURN_IF_ERROR(buffers_->keys.Write(2, prev, keys));
-  KV_RETURN_IF_ERROR(buffers_->values.Write(2, prev, values));
+  // Slice assignment casts to the buffer's dtype.
+  KV_ASSIGN_OR_RETURN(Array k, keys.AsType(buffers_->keys.array().dtype()));
+  KV_ASSIGN_OR_RETURN(Array v, values.AsType(buffers_->values.array().dtype()));
+  KV_RETURN_IF_ERROR(buffers_->keys.Write(2, prev, k));
+  KV_RETURN_IF_ERROR(buffers_->values.Write(2, prev, v));
   for (int32_t& o : offset_) o += static_cast<int32_t>(s);
   idx_ = prev + s;
   return KeysValues{buffers_->keys.array().Slice(2, 0, idx_), buffers_->values.array().Slice(2, 0, idx_)};
@@ -202,57 +204,25 @@ Status BatchKVCache::Extend(Cache& other_cache) {
     offset_ = concat_ints(offset_, other->offset_);
     return Status::OK();
   }
-  const Array& ref_k = buffers_ ? buffers_->keys.array() : other->buffers_->keys.array();
-  const Array& ref_v = buffers_ ? buffers_->values.array() : other->buffers_->values.array();
-  // Upstream's placeholder for an empty side is mx.zeros (float32), and the
-  // concatenation promotes: extending with an empty cache yields F32.
-  const DType placeholder = DType::kF32;
-  if (buffers_ && other->buffers_) {
-    const Array& a = buffers_->keys.array();
-    const Array& b = other->buffers_->keys.array();
-    if (a.dim(1) != b.dim(1) || a.dim(3) != b.dim(3) || a.dtype() != b.dtype() ||
-        buffers_->values.array().dim(3) != other->buffers_->values.array().dim(3)) {
-      return Bad("extend: caches differ in heads, head dim or dtype");
+  auto side = [](const BatchKVCache& c) {
+    BatchSide s;
+    if (c.buffers_) {
+      s.keys = c.buffers_->keys.array();
+      s.values = c.buffers_->values.array();
     }
-  }
-  const int64_t max_idx = std::max(idx_, other->idx_);
-  const int64_t max_len = std::max(buffers_ ? buffers_->keys.array().dim(2) : 0,
-                                   other->buffers_ ? other->buffers_->keys.array().dim(2) : 0);
-  struct Side {
-    Array k, v;
-    std::vector<int32_t> left;
+    s.rows = static_cast<int64_t>(c.offset_.size());
+    s.idx = c.idx_;
+    s.left_padding = c.left_padding_;
+    return s;
   };
-  auto justify = [&](const BatchKVCache& c) {
-    const int64_t rows = static_cast<int64_t>(c.offset_.size());
-    Array k = c.buffers_ ? c.buffers_->keys.array()
-                         : Array::Zeros(placeholder, {rows, ref_k.dim(1), 0, ref_k.dim(3)});
-    Array v = c.buffers_ ? c.buffers_->values.array()
-                         : Array::Zeros(placeholder, {rows, ref_v.dim(1), 0, ref_v.dim(3)});
-    const int64_t left = max_idx - c.idx_;
-    int64_t right = max_len - k.dim(2) - left;
-    if (right < 0) {
-      k = k.Slice(2, 0, k.dim(2) + right);
-      v = v.Slice(2, 0, v.dim(2) + right);
-      right = 0;
-    }
-    Side side{PadRows(k, left, right), PadRows(v, left, right), c.left_padding_};
-    for (int32_t& p : side.left) p += static_cast<int32_t>(left);
-    return side;
-  };
-  Side a = justify(*this), b = justify(*other);
-  KV_ASSIGN_OR_RETURN(a.k, a.k.AsType(PromoteFloat(a.k.dtype(), b.k.dtype())));
-  KV_ASSIGN_OR_RETURN(b.k, b.k.AsType(a.k.dtype()));
-  KV_ASSIGN_OR_RETURN(a.v, a.v.AsType(PromoteFloat(a.v.dtype(), b.v.dtype())));
-  KV_ASSIGN_OR_RETURN(b.v, b.v.AsType(a.v.dtype()));
-  const Array ks[] = {a.k, b.k};
-  const Array vs[] = {a.v, b.v};
+  KV_ASSIGN_OR_RETURN(ExtendedBatch merged, ExtendBatches(kName, side(*this), side(*other)));
   auto buffers = std::make_shared<Buffers>();
-  buffers->keys.Reset(Array::Concatenate(ks, 0));
-  buffers->values.Reset(Array::Concatenate(vs, 0));
+  buffers->keys.Reset(merged.keys);
+  buffers->values.Reset(merged.values);
   buffers_ = std::move(buffers);
   offset_ = concat_ints(offset_, other->offset_);
-  left_padding_ = concat_ints(a.left, b.left);
-  idx_ = max_idx;
+  left_padding_ = std::move(merged.left_padding);
+  idx_ = merged.idx;
   return Status::OK();
 }
 

@@ -25,6 +25,29 @@ DType PromoteFloat(DType a, DType b);
 // x padded with `left` zero rows before and `right` after along axis 2.
 Array PadRows(const Array& x, int64_t left, int64_t right);
 
+// One side of a batch-cache extend: its buffers (undefined when empty),
+// batch rows, write position and left padding.
+struct BatchSide {
+  Array keys;
+  Array values;
+  int64_t rows = 0;
+  int64_t idx = 0;
+  std::vector<int32_t> left_padding;
+};
+
+struct ExtendedBatch {
+  Array keys;
+  Array values;
+  std::vector<int32_t> left_padding;
+  int64_t idx = 0;
+};
+
+// mlx-lm's extend: right-justify both sides to the larger write position,
+// pad with zero rows (an empty side is an F32 placeholder, so the result
+// promotes as upstream), and concatenate along the batch axis.
+// REQUIRES: at least one side has buffers.
+Result<ExtendedBatch> ExtendBatches(std::string_view cls, const BatchSide& a, const BatchSide& b);
+
 }  // namespace kvstore
 
 #endif  // KVSTORE_LIBKVSTORE_CACHE_BATCH_UTIL_H_

@@ -5,8 +5,10 @@
 
 #include "kvstore/mask.h"
 #include "libkvstore/cache/attention_state.h"
+#include "libkvstore/cache/batch_util.h"
 #include "libkvstore/cache/cow_buffer.h"
 #include "libkvstore/cache/py_slice.h"
+#include "libkvstore/cache/rotating_order.h"
 
 namespace kvstore {
 
@@ -18,8 +20,12 @@ struct RotatingKVCache::Buffers {
 namespace {
 constexpr std::string_view kName = "RotatingKVCache";
 
+// Concatenation along the sequence axis with MLX's dtype promotion.
 Array Concat(std::initializer_list<Array> parts) {
   std::vector<Array> v(parts);
+  DType d = v[0].dtype();
+  for (const Array& a : v) d = PromoteFloat(d, a.dtype());
+  for (Array& a : v) a = a.AsType(d).value();
   return Array::Concatenate(v, 2);
 }
 }  // namespace
@@ -55,7 +61,7 @@ static Array TrimRows(const Array& v, int64_t keep, int64_t trim_size, const Arr
 }
 
 // _temporal_order: the buffer in chronological order.
-static Array TemporalOrder(const Array& v, int64_t keep, int64_t idx, int64_t offset) {
+Array RotatingTemporalOrder(const Array& v, int64_t keep, int64_t idx, int64_t offset) {
   if (idx == v.dim(2)) return v;
   if (idx < offset) {
     return Concat({PySlice(v, 2, std::nullopt, keep), PySlice(v, 2, idx, std::nullopt),
@@ -70,7 +76,7 @@ Result<KeysValues> RotatingKVCache::UpdateAndFetch(const Array& keys, const Arra
     const Array& kb = buffers_->keys.array();
     const Array& vb = buffers_->values.array();
     if (kb.dim(0) != keys.dim(0) || kb.dim(1) != keys.dim(1) || kb.dim(3) != keys.dim(3) ||
-        vb.dim(3) != values.dim(3) || kb.dtype() != keys.dtype() || vb.dtype() != values.dtype()) {
+        vb.dim(3) != values.dim(3)) {
       return Status::InvalidArgument("RotatingKVCache: update " + keys.Describe() +
                                      " does not fit the cached " + kb.Describe());
     }
@@ -84,8 +90,8 @@ Result<KeysValues> RotatingKVCache::UpdateAndFetch(const Array& keys, const Arra
       buffers_->keys.Reset(keys);
       buffers_->values.Reset(values);
     } else {
-      Array k = TemporalOrder(buffers_->keys.array(), keep_, idx_, offset_);
-      Array v = TemporalOrder(buffers_->values.array(), keep_, idx_, offset_);
+      Array k = RotatingTemporalOrder(buffers_->keys.array(), keep_, idx_, offset_);
+      Array v = RotatingTemporalOrder(buffers_->values.array(), keep_, idx_, offset_);
       idx_ = k.dim(2);
       const int64_t trim_size = idx_ - max_size_ + 1;
       buffers_->keys.Reset(TrimRows(k, keep_, trim_size, &keys));
@@ -132,8 +138,11 @@ Result<KeysValues> RotatingKVCache::UpdateAndFetch(const Array& keys, const Arra
   Array kdst = PySlice(kb, 2, idx_, idx_ + s);
   Array vdst = PySlice(vb, 2, idx_, idx_ + s);
   if (kdst.dim(2) == s) {
-    KV_RETURN_IF_ERROR(kdst.CopyFrom(keys));
-    KV_RETURN_IF_ERROR(vdst.CopyFrom(values));
+    // Slice assignment casts to the buffer's dtype.
+    KV_ASSIGN_OR_RETURN(Array k, keys.AsType(kb.dtype()));
+    KV_ASSIGN_OR_RETURN(Array v, values.AsType(vb.dtype()));
+    KV_RETURN_IF_ERROR(kdst.CopyFrom(k));
+    KV_RETURN_IF_ERROR(vdst.CopyFrom(v));
   } else if (kdst.dim(2) != 0) {
     return Status::Internal("RotatingKVCache: partial in-place write");
   }
