@@ -1,0 +1,46 @@
+// mlx's tree_flatten / tree_unflatten for cache state and meta-state trees
+// (spec §14.1): lists become children named by their decimal index, names
+// are dot-joined paths, empty lists contribute nothing.
+#ifndef KVSTORE_LIBKVSTORE_FORMAT_TREE_H_
+#define KVSTORE_LIBKVSTORE_FORMAT_TREE_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvstore/cache_state.h"
+#include "kvstore/safetensors.h"
+
+namespace kvstore {
+
+// Appends (prefix.path, array) for every leaf; InvalidArgument for a None
+// leaf (mlx-lm cannot save one either).
+Status FlattenState(const CacheState& state, const std::string& prefix,
+                    std::vector<NamedArray>& out);
+// Appends (prefix.path, string) for every leaf.
+void FlattenMeta(const MetaState& meta, const std::string& prefix, Metadata& out);
+
+// A tree of dot-separated names, children in first-appearance order.
+struct NameTree {
+  std::string label;
+  int64_t leaf = -1;  // index of the value when this node names one
+  std::vector<NameTree> children;
+
+  // Inserts `name` (split at '.') for value `index`. Corruption when a name
+  // is both a value and a prefix of another, or repeats.
+  Status Insert(std::string_view name, int64_t index);
+  const NameTree* Child(std::string_view label) const;
+  // Children as a list when every label is a plain decimal integer (no sign,
+  // no leading zeros unless "0") and labels are distinct: element i is the
+  // child labelled i or nullptr for a gap. nullopt when not a list.
+  std::optional<std::vector<const NameTree*>> AsList() const;
+};
+
+// Rebuilds a CacheState from a tensor-name subtree; gaps become empty lists.
+Result<CacheState> StateFromTree(const NameTree& node, const std::vector<Array>& values);
+// Rebuilds a MetaState; gaps become empty lists (falsy, like Python's {}).
+Result<MetaState> MetaFromTree(const NameTree& node, const std::vector<std::string>& values);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_FORMAT_TREE_H_
