@@ -1,0 +1,205 @@
+// kvtool inspect FILE [--json] [--tensors] [--verify]: what a cache file
+// holds, from its header alone (and, for a compressed file, its header frame).
+#include <cstdio>
+#include <functional>
+#include <iostream>
+
+#include "apps/kvtool/kvtool.h"
+
+namespace kvtool {
+namespace {
+
+using kvstore::Json;
+using kvstore::LayerInfo;
+using kvstore::MetaState;
+
+Json MetaJson(const MetaState& m) {
+  if (m.is_string()) return Json(m.str());
+  Json out = Json::MakeArray();
+  for (const MetaState& c : m.list()) out.Push(MetaJson(c));
+  return out;
+}
+
+std::optional<int64_t> MetaInt(const MetaState& m, size_t i) {
+  if (!m.is_list() || i >= m.size() || !m[i].is_string()) return std::nullopt;
+  try {
+    return std::stoll(m[i].str());
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+// The offset the layer's cache will have after load, from the header alone;
+// nullopt for classes without a scalar offset.
+std::optional<int64_t> OffsetAfterLoad(const LayerInfo& layer) {
+  const std::string& c = layer.class_name;
+  if (c == "RotatingKVCache") return MetaInt(layer.meta_state, 2);
+  if (c == "QuantizedKVCache") return MetaInt(layer.meta_state, 0);
+  if (c == "KVCache" || c == "ConcatenateKVCache" || c == "ChunkedKVCache") {
+    if (!layer.tensors.empty() && layer.tensors[0].shape.size() == 4) return layer.tensors[0].shape[2];
+  }
+  return std::nullopt;
+}
+
+Json LayerJson(const LayerInfo& layer) {
+  Json out = Json::MakeObject();
+  out["index"] = Json(static_cast<int64_t>(layer.index));
+  out["class"] = Json(layer.class_name);
+  std::optional<int64_t> offset = OffsetAfterLoad(layer);
+  out["offset"] = offset ? Json(*offset) : Json();
+  out["meta_state"] = MetaJson(layer.meta_state);
+  Json tensors = Json::MakeArray();
+  for (const auto& t : layer.tensors) {
+    Json tj = Json::MakeObject();
+    tj["name"] = Json(t.name);
+    tj["dtype"] = Json(std::string(kvstore::DTypeName(t.dtype)));
+    Json shape = Json::MakeArray();
+    for (int64_t d : t.shape) shape.Push(Json(d));
+    tj["shape"] = std::move(shape);
+    tj["bytes"] = Json(t.nbytes);
+    tensors.Push(std::move(tj));
+  }
+  out["tensors"] = std::move(tensors);
+  Json children = Json::MakeArray();
+  for (const LayerInfo& c : layer.children) children.Push(LayerJson(c));
+  out["children"] = std::move(children);
+  return out;
+}
+
+std::string MetaText(const MetaState& m) {
+  std::string s = MetaJson(m).Dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+std::string Describe(const LayerInfo& layer) {
+  if (layer.tensors.empty()) return "-";
+  const auto& t = layer.tensors[0];
+  return std::string(kvstore::DTypeName(t.dtype)) + kvstore::ShapeToString(t.shape) +
+         (layer.tensors.size() > 1 ? " x" + std::to_string(layer.tensors.size()) : "");
+}
+
+uint64_t LayerBytes(const LayerInfo& layer) {
+  uint64_t n = 0;
+  for (const auto& t : layer.tensors) n += t.nbytes;
+  return n;
+}
+
+void PrintLayer(const LayerInfo& layer, const std::string& indent, bool tensors) {
+  std::optional<int64_t> offset = OffsetAfterLoad(layer);
+  std::printf("%s%-5zu %-22s %8s  %-28s %10s  %s\n", indent.c_str(), layer.index, layer.class_name.c_str(),
+              offset ? std::to_string(*offset).c_str() : "-", Describe(layer).c_str(),
+              HumanBytes(LayerBytes(layer)).c_str(), MetaText(layer.meta_state).c_str());
+  if (tensors && layer.children.empty()) {
+    for (const auto& t : layer.tensors) {
+      std::printf("%s      %-20s %-5s %-22s %10s\n", indent.c_str(), t.name.c_str(),
+                  std::string(kvstore::DTypeName(t.dtype)).c_str(), kvstore::ShapeToString(t.shape).c_str(),
+                  HumanBytes(t.nbytes).c_str());
+    }
+  }
+  for (const LayerInfo& c : layer.children) PrintLayer(c, indent + "  ", tensors);
+}
+
+struct InspectArgs {
+  std::string path;
+  bool json = false;
+  bool tensors = false;
+  bool verify = false;
+};
+
+int RunInspect(const InspectArgs& a) {
+  auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.path);
+  if (!info.ok()) return Fail(info.status());
+  std::optional<bool> verified;
+  std::vector<std::string> mismatches;
+  if (a.verify && info->has_digests) {
+    auto report = kvstore::VerifyPromptCacheFile(kvstore::Env::Default(), a.path);
+    if (!report.ok()) return Fail(report.status());
+    verified = report->ok();
+    mismatches = report->mismatches;
+  }
+  const std::string format = info->compression ? "safetensors+zstd" : "safetensors";
+  if (a.json) {
+    Json out = Json::MakeObject();
+    out["path"] = Json(a.path);
+    out["format"] = Json(format);
+    out["layout"] = Json(std::string(kvstore::LayoutName(info->layout)));
+    out["file_bytes"] = Json(info->file_bytes);
+    out["tensor_bytes"] = Json(info->tensor_bytes);
+    if (info->compression) {
+      Json c = Json::MakeObject();
+      c["codec"] = Json(info->compression->codec);
+      c["level"] = Json();
+      c["frames"] = Json(info->compression->frames);
+      c["compressed_bytes"] = Json(info->compression->compressed_bytes);
+      out["compression"] = std::move(c);
+    } else {
+      out["compression"] = Json();
+    }
+    if (info->has_digests) {
+      Json i = Json::MakeObject();
+      i["algorithm"] = "sha256";
+      i["verified"] = verified ? Json(*verified) : Json();
+      out["integrity"] = std::move(i);
+    } else {
+      out["integrity"] = Json();
+    }
+    Json md = Json::MakeObject();
+    for (const auto& [k, v] : info->user_metadata) md.as_object().emplace_back(k, Json(v));
+    out["metadata"] = std::move(md);
+    Json layers = Json::MakeArray();
+    for (const LayerInfo& l : info->layers) layers.Push(LayerJson(l));
+    out["layers"] = std::move(layers);
+    Json::DumpOptions pretty;
+    pretty.indent = 2;
+    std::cout << out.Dump(pretty) << "\n";
+  } else {
+    int64_t tokens = -1;
+    std::function<void(const LayerInfo&)> scan = [&](const LayerInfo& l) {
+      tokens = std::max<int64_t>(tokens, OffsetAfterLoad(l).value_or(-1));
+      for (const LayerInfo& c : l.children) scan(c);
+    };
+    for (const LayerInfo& l : info->layers) scan(l);
+    std::string integrity = !info->has_digests ? "none" : !verified ? "sha256 (not checked)"
+                            : *verified      ? "sha256 verified" : "sha256 MISMATCH";
+    std::string ratio;
+    if (info->compression && info->file_bytes > 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), ", ratio %.2fx", static_cast<double>(info->tensor_bytes) / info->file_bytes);
+      ratio = buf;
+    }
+    std::printf("%s: %s, layout %s, %zu layers, %s tokens, %s payload in %s%s, integrity %s\n",
+                a.path.c_str(), format.c_str(), std::string(kvstore::LayoutName(info->layout)).c_str(),
+                info->layers.size(), tokens >= 0 ? std::to_string(tokens).c_str() : "?",
+                HumanBytes(info->tensor_bytes).c_str(), HumanBytes(info->file_bytes).c_str(), ratio.c_str(),
+                integrity.c_str());
+    std::printf("%-5s %-22s %8s  %-28s %10s  %s\n", "layer", "class", "offset", "tensors", "bytes", "meta_state");
+    for (const LayerInfo& l : info->layers) PrintLayer(l, "", a.tensors);
+    if (!info->user_metadata.empty()) {
+      std::printf("metadata:\n");
+      for (const auto& [k, v] : info->user_metadata) {
+        std::string shown = v.size() > 60 ? v.substr(0, 57) + "..." : v;
+        std::printf("  %-20s %s\n", k.c_str(), shown.c_str());
+      }
+    }
+  }
+  if (verified && !*verified) {
+    std::string what;
+    for (const auto& m : mismatches) what += (what.empty() ? "" : ", ") + m;
+    return Fail(kExitCorruption, "verification failed: " + what);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner RegisterInspect(CLI::App& app) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Show what a cache file holds (reads the header only)");
+  cmd->add_option("FILE", args->path, "prompt-cache file (.safetensors, optionally zstd-compressed)")->required();
+  cmd->add_flag("--json", args->json, "one JSON object instead of the table");
+  cmd->add_flag("--tensors", args->tensors, "list every tensor under its layer");
+  cmd->add_flag("--verify", args->verify, "also check the SHA-256 digests (reads the tensors)");
+  return [args, cmd] { return *cmd ? RunInspect(*args) : -1; };
+}
+
+}  // namespace kvtool
