@@ -6,6 +6,7 @@
 // that changes the content (--integrity, --no-integrity, --to) re-writes
 // the cache through the library.
 #include <cstdio>
+#include <thread>
 
 #include "apps/kvtool/kvtool.h"
 #include "kvstore/zstd_seekable.h"
@@ -24,31 +25,61 @@ struct ConvertArgs {
   int threads = 0;
 };
 
-// Decompresses `in` (if compressed) into the exact plain bytes.
-kvstore::Result<std::vector<std::byte>> PlainBytes(const std::string& path, bool* was_compressed) {
-  KV_ASSIGN_OR_RETURN(auto file, kvstore::Env::Default()->OpenReadable(path));
-  *was_compressed = kvstore::IsZstdFrame(file->data());
-  if (!*was_compressed) return std::vector<std::byte>(file->data().begin(), file->data().end());
-  KV_ASSIGN_OR_RETURN(kvstore::ZstdSeekableReader reader, kvstore::ZstdSeekableReader::Open(file->data()));
-  std::vector<std::byte> out(reader.decompressed_size());
-  KV_RETURN_IF_ERROR(reader.ReadAll(out));
-  return out;
-}
-
-kvstore::Status WriteContainer(const std::string& out, std::span<const std::byte> plain,
-                               std::optional<int> level, int threads) {
+// Streams the plain bytes of `in` (decompressing frame by frame when it is
+// compressed) into `out`, optionally re-wrapping them in a new container.
+// Memory: a few frames, never the whole file.
+kvstore::Status TransformContainer(const std::string& in, const std::string& out, std::optional<int> level,
+                                   int threads) {
+  KV_ASSIGN_OR_RETURN(auto file, kvstore::Env::Default()->OpenReadable(in));
+  const std::span<const std::byte> bytes = file->data();
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return kvstore::WriteFileAtomic(kvstore::Env::Default(), out, [&](kvstore::WritableFile& f) -> kvstore::Status {
-    if (!level) return f.Append(plain);
-    // Validate the input first so we never wrap garbage.
-    KV_ASSIGN_OR_RETURN(uint64_t n, kvstore::ParseSafetensorsHeaderSize(plain, plain.size()));
-    kvstore::ZstdWriteOptions options;
-    options.level = *level;
-    options.threads = threads;
-    kvstore::ZstdSeekableWriter writer(&f, options);
-    KV_RETURN_IF_ERROR(writer.Append(plain.subspan(0, 8 + n)));
-    KV_RETURN_IF_ERROR(writer.EndFrame());
-    KV_RETURN_IF_ERROR(writer.Append(plain.subspan(8 + n)));
-    return writer.Finish();
+    std::unique_ptr<kvstore::ZstdSeekableWriter> writer;
+    if (level) {
+      kvstore::ZstdWriteOptions options;
+      options.level = *level;
+      options.threads = threads;
+      writer = std::make_unique<kvstore::ZstdSeekableWriter>(&f, options);
+    }
+    bool first = true;
+    auto emit = [&](std::span<const std::byte> chunk) -> kvstore::Status {
+      if (!writer) return f.Append(chunk);
+      if (first) {  // the safetensors header gets a frame of its own
+        first = false;
+        KV_ASSIGN_OR_RETURN(uint64_t n, kvstore::ParseSafetensorsHeaderSize(chunk, bytes.size()));
+        if (8 + n <= chunk.size()) {
+          KV_RETURN_IF_ERROR(writer->Append(chunk.subspan(0, 8 + n)));
+          KV_RETURN_IF_ERROR(writer->EndFrame());
+          return writer->Append(chunk.subspan(8 + n));
+        }
+      }
+      return writer->Append(chunk);
+    };
+    if (!kvstore::IsZstdFrame(bytes)) {
+      KV_RETURN_IF_ERROR(kvstore::ParseSafetensorsHeaderSize(bytes, bytes.size()).status());
+      KV_RETURN_IF_ERROR(emit(bytes));
+    } else {
+      KV_ASSIGN_OR_RETURN(kvstore::ZstdSeekableReader reader, kvstore::ZstdSeekableReader::Open(bytes));
+      const auto& frames = reader.frames();
+      for (size_t i = 0; i < frames.size(); i += static_cast<size_t>(threads)) {
+        const size_t end = std::min(frames.size(), i + static_cast<size_t>(threads));
+        std::vector<std::vector<std::byte>> plain(end - i);
+        std::vector<kvstore::Status> status(end - i);
+        std::vector<std::thread> pool;
+        for (size_t j = i; j < end; ++j) {
+          pool.emplace_back([&, j] {
+            plain[j - i].resize(frames[j].decompressed_size);
+            status[j - i] = reader.Read(frames[j].decompressed_offset, plain[j - i]);
+          });
+        }
+        for (auto& t : pool) t.join();
+        for (size_t j = 0; j < plain.size(); ++j) {
+          KV_RETURN_IF_ERROR(status[j]);
+          KV_RETURN_IF_ERROR(emit(plain[j]));
+        }
+      }
+    }
+    return writer ? writer->Finish() : kvstore::Status::OK();
   });
 }
 
@@ -67,10 +98,7 @@ int RunConvert(ConvertArgs a) {
                        info->layout != kvstore::PromptCacheLayout::kMlxLm;
   kvstore::Status s;
   if (!rewrite) {
-    bool compressed = false;
-    auto plain = PlainBytes(a.in, &compressed);
-    if (!plain.ok()) return Fail(plain.status());
-    s = WriteContainer(a.out, *plain, level, a.threads);
+    s = TransformContainer(a.in, a.out, level, a.threads);
   } else {
     kvstore::LoadPromptCacheOptions load;
     load.threads = a.threads;
