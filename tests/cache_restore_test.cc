@@ -1,0 +1,209 @@
+// Restores are transactional and hostile-input safe; snapshots have value
+// semantics; decode appends write in place.
+#include <functional>
+
+#include "kvstore/arrays_cache.h"
+#include "kvstore/batch_kv_cache.h"
+#include "kvstore/batch_rotating_kv_cache.h"
+#include "kvstore/cache_list.h"
+#include "kvstore/chunked_kv_cache.h"
+#include "kvstore/kv_cache.h"
+#include "kvstore/quantized_kv_cache.h"
+#include "kvstore/rotating_kv_cache.h"
+#include "kvstore/sha256.h"
+#include "testutil.h"
+
+namespace kvstore {
+namespace {
+
+using ::kvstore::testing::HasCode;
+
+Array KV(int64_t b, int64_t h, int64_t s, int64_t d, uint64_t seed) {
+  return testing::RandomArray(DType::kF16, {b, h, s, d}, seed);
+}
+
+// A printable fingerprint of everything observable about a cache.
+std::string Fingerprint(const Cache& c) {
+  std::string out = std::string(c.class_name()) + "|" + c.meta_state().DebugString() + "|" +
+                    std::to_string(c.offset().value_or(-1)) + "|" + std::to_string(c.Size()) + "|" +
+                    (c.Empty() ? "empty" : "full") + "|";
+  Result<CacheState> s = c.State();
+  std::function<void(const CacheState&)> walk = [&](const CacheState& st) {
+    if (st.is_array()) out += st.array().Describe() + ":" + Sha256(st.array()).ToHex().substr(0, 16) + ";";
+    else if (st.is_none()) out += "None;";
+    else for (const auto& x : st.list()) walk(x);
+  };
+  if (s.ok()) walk(*s);
+  else out += s.status().ToString();
+  return out;
+}
+
+void ExpectRejectedUnchanged(Cache& c, const CacheState& state, std::string_view msg) {
+  const std::string before = Fingerprint(c);
+  EXPECT_THAT(c.SetState(state), HasCode(StatusCode::kInvalidArgument, msg));
+  EXPECT_EQ(Fingerprint(c), before);
+}
+
+void ExpectMetaRejectedUnchanged(Cache& c, const MetaState& meta, std::string_view msg) {
+  const std::string before = Fingerprint(c);
+  EXPECT_THAT(c.SetMetaState(meta), HasCode(StatusCode::kInvalidArgument, msg)) << meta.DebugString();
+  EXPECT_EQ(Fingerprint(c), before);
+}
+
+TEST(CacheRestoreTest, AttentionCachesRejectBadStatesUnchanged) {
+  std::vector<std::unique_ptr<Cache>> caches;
+  caches.push_back(std::make_unique<KVCache>());
+  caches.push_back(std::make_unique<RotatingKVCache>(8, 2));
+  caches.push_back(std::make_unique<ChunkedKVCache>(16));
+  caches.push_back(std::make_unique<ConcatenateKVCache>());
+  for (auto& c : caches) {
+    SCOPED_TRACE(std::string(c->class_name()));
+    ASSERT_OK(c->UpdateAndFetch(KV(1, 2, 5, 8, 1), KV(1, 2, 5, 8, 2)));
+    ExpectRejectedUnchanged(*c, CacheState({KV(1, 2, 5, 8, 3)}), "2 arrays");
+    ExpectRejectedUnchanged(*c, CacheState({Array::Zeros(DType::kF16, {2, 5, 8}), KV(1, 2, 5, 8, 3)}), "rank 4");
+    ExpectRejectedUnchanged(*c, CacheState({KV(1, 2, 5, 8, 3), KV(2, 2, 5, 8, 3)}), "disagree");
+    ExpectRejectedUnchanged(*c, CacheState({Array::Zeros(DType::kI32, {1, 2, 5, 8}), KV(1, 2, 5, 8, 3)}), "F16, BF16");
+    ExpectRejectedUnchanged(*c, CacheState({CacheState::None(), KV(1, 2, 5, 8, 3)}), "arrays");
+    ExpectRejectedUnchanged(*c, CacheState::None(), "");
+  }
+}
+
+TEST(CacheRestoreTest, MetaStatesRejectHostileValuesUnchanged) {
+  RotatingKVCache rot(8, 2);
+  ASSERT_OK(rot.UpdateAndFetch(KV(1, 2, 5, 8, 1), KV(1, 2, 5, 8, 2)));
+  ExpectMetaRejectedUnchanged(rot, MetaState::Strings({"2", "8", "5"}), "[keep, max_size, offset, _idx]");
+  ExpectMetaRejectedUnchanged(rot, MetaState::Strings({"2", "8", "5", "x"}), "_idx");
+  ExpectMetaRejectedUnchanged(rot, MetaState::Strings({"2", "8", "5", "99999999999999999999"}), "not an integer");
+  ExpectMetaRejectedUnchanged(rot, MetaState::Strings({"9", "8", "5", "5"}), "keep");
+  ExpectMetaRejectedUnchanged(rot, MetaState::Strings({"2", "8", "-1", "5"}), "out of range");
+  ExpectMetaRejectedUnchanged(rot, MetaState::Strings({"2", "8", "5", "6"}), "out of range");
+  ExpectMetaRejectedUnchanged(rot, MetaState(""), "[keep");
+  EXPECT_OK(rot.SetMetaState(MetaState::Strings({" 2", "+8", "5", "5 "})));  // Python int() forms
+
+  QuantizedKVCache q(64, 4);
+  ASSERT_OK(q.UpdateAndFetchQuantized(KV(1, 2, 3, 64, 1), KV(1, 2, 3, 64, 2)));
+  ExpectMetaRejectedUnchanged(q, MetaState::Strings({"3", "64", "7"}), "not supported");
+  ExpectMetaRejectedUnchanged(q, MetaState::Strings({"3", "48", "4"}), "not supported");
+  ExpectMetaRejectedUnchanged(q, MetaState::Strings({"300", "64", "4"}), "offset");
+  ExpectMetaRejectedUnchanged(q, MetaState::Strings({"3", "32", "4"}), "packed width");
+
+  ChunkedKVCache ch(4);
+  ASSERT_OK(ch.UpdateAndFetch(KV(1, 2, 5, 8, 1), KV(1, 2, 5, 8, 2)));
+  ExpectMetaRejectedUnchanged(ch, MetaState::Strings({"0", "0"}), "chunk_size >= 1");
+  ExpectMetaRejectedUnchanged(ch, MetaState::Strings({"None", "0"}), "not an integer");
+
+  KVCache kv;
+  ExpectMetaRejectedUnchanged(kv, MetaState::Strings({""}), "no meta state");
+}
+
+TEST(CacheRestoreTest, BatchAndArraysCachesRejectBadStates) {
+  BatchKVCache b({1, 0});
+  ASSERT_OK(b.UpdateAndFetch(KV(2, 2, 3, 8, 1), KV(2, 2, 3, 8, 2)));
+  ExpectRejectedUnchanged(b, CacheState({KV(2, 2, 3, 8, 1), KV(2, 2, 3, 8, 1), Array::FromInt32s({1}),
+                                         Array::FromInt32s({1, 0})}),
+                          "one entry per batch row");
+  ExpectRejectedUnchanged(b, CacheState({KV(2, 2, 3, 8, 1), KV(2, 2, 3, 8, 1),
+                                         Array::Zeros(DType::kF32, {2}), Array::FromInt32s({1, 0})}),
+                          "integer");
+  BatchRotatingKVCache br(8, {0});
+  ASSERT_OK(br.UpdateAndFetch(KV(1, 2, 3, 8, 1), KV(1, 2, 3, 8, 2)));
+  ExpectMetaRejectedUnchanged(br, MetaState::Strings({"0", "3", "3", "False"}), "out of range");
+
+  ArraysCache a(2);
+  ASSERT_OK(a.SetSlot(0, Array::Zeros(DType::kF32, {1, 4})));
+  CacheState::List too_many(ArraysCache::kMaxSlots + 1, CacheState::None());
+  ExpectRejectedUnchanged(a, CacheState({CacheState(too_many), Array::Zeros(DType::kF32, {0}),
+                                         Array::Zeros(DType::kF32, {0})}),
+                          "exceed the limit");
+  ExpectRejectedUnchanged(a, CacheState({Array::Zeros(DType::kF32, {1, 4})}), "3 entries");
+  ExpectRejectedUnchanged(a, CacheState({CacheState::List{}, Array::Zeros(DType::kF32, {2, 2}),
+                                         Array::Zeros(DType::kF32, {0})}),
+                          "1-D");
+}
+
+TEST(CacheRestoreTest, CacheFromStateNamesUnknownClassesAndChildren) {
+  EXPECT_THAT(CacheFromState("Nope", CacheState(), MetaState()), HasCode(StatusCode::kNotFound, "Nope"));
+  const CacheState kv_state({KV(1, 1, 2, 4, 1), KV(1, 1, 2, 4, 2)});
+  EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
+                             MetaState({MetaState::Strings({"KVCache", "KVCache"}), MetaState({""})})),
+              HasCode(StatusCode::kInvalidArgument, "2 classes"));
+  EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
+                             MetaState({MetaState::Strings({"RotatingKVCache"}), MetaState({MetaState::Strings({"a"})})})),
+              HasCode(StatusCode::kInvalidArgument, "child 0"));
+  ASSERT_OK_AND_ASSIGN(auto list, CacheFromState("CacheList", CacheState({kv_state}),
+                                                 MetaState({MetaState::Strings({"KVCache"}), MetaState({""})})));
+  EXPECT_EQ(list->class_name(), "CacheList");
+  EXPECT_EQ(KnownCacheClasses().size(), 10u);
+}
+
+TEST(CacheSnapshotTest, StateAndCopyKeepTheirValuesAfterWrites) {
+  KVCache kv;
+  ASSERT_OK(kv.UpdateAndFetch(KV(1, 2, 4, 8, 1), KV(1, 2, 4, 8, 2)));
+  ASSERT_OK_AND_ASSIGN(CacheState snapshot, kv.State());
+  const std::string before = Sha256(snapshot[0].array()).ToHex();
+  std::unique_ptr<Cache> copy = kv.Copy();
+  const std::string copy_before = Fingerprint(*copy);
+  ASSERT_OK(kv.Trim(2));
+  ASSERT_OK(kv.UpdateAndFetch(KV(1, 2, 2, 8, 3), KV(1, 2, 2, 8, 4)));  // overwrites rows 2..3 in place
+  EXPECT_EQ(Sha256(snapshot[0].array()).ToHex(), before);
+  EXPECT_EQ(Fingerprint(*copy), copy_before);
+}
+
+TEST(CacheSnapshotTest, DecodeAppendsWriteInPlace) {
+  KVCache kv;
+  ASSERT_OK(kv.UpdateAndFetch(KV(1, 2, 10, 8, 1), KV(1, 2, 10, 8, 2)));
+  const Array buffer = kv.keys_buffer();
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK(kv.UpdateAndFetch(KV(1, 2, 1, 8, 10 + i), KV(1, 2, 1, 8, 20 + i)));
+  }
+  EXPECT_TRUE(kv.keys_buffer().SharesStorageWith(buffer));  // no copy within the 256 step
+  EXPECT_EQ(kv.offset(), 110);
+}
+
+TEST(RotatingKVCacheTest, WrapKeepMultiTokenAndTrim) {
+  // Spec §4.2 worked trace with max_size 8, keep 2 (tokens tagged by value).
+  auto tok = [](float first, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[i] = first + static_cast<float>(i);
+    return Array::FromValues<float>(DType::kF32, {1, 1, n, 1}, v);
+  };
+  auto rows = [](const Array& a) { return a.ToVector<float>(); };
+  RotatingKVCache c(8, 2);
+  ASSERT_OK(c.UpdateAndFetch(tok(1, 5), tok(1, 5)));
+  EXPECT_TRUE(c.IsTrimmable());
+  ASSERT_OK_AND_ASSIGN(int64_t t, c.Trim(1));  // before the wrap: trimmable
+  EXPECT_EQ(t, 1);
+  ASSERT_OK(c.UpdateAndFetch(tok(5, 1), tok(5, 1)));
+  for (float x : {6.0f, 7.0f, 8.0f, 9.0f}) ASSERT_OK(c.UpdateAndFetch(tok(x, 1), tok(x, 1)));
+  EXPECT_EQ(rows(c.keys_buffer()), (std::vector<float>{1, 2, 9, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(c.idx(), 3);
+  EXPECT_FALSE(c.IsTrimmable());
+  for (float x : {10.0f, 11.0f}) ASSERT_OK(c.UpdateAndFetch(tok(x, 1), tok(x, 1)));
+  ASSERT_OK_AND_ASSIGN(KeysValues kv, c.UpdateAndFetch(tok(12, 3), tok(12, 3)));
+  EXPECT_EQ(rows(kv.keys), (std::vector<float>{1, 2, 7, 8, 9, 10, 11, 12, 13, 14}));
+  ASSERT_OK(c.UpdateAndFetch(tok(15, 1), tok(15, 1)));
+  EXPECT_EQ(rows(c.keys_buffer()), (std::vector<float>{1, 2, 15, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(c.offset(), 15);
+}
+
+TEST(BatchCacheTest, MergeExtractRoundTrip) {
+  std::vector<std::shared_ptr<KVCache>> singles;
+  std::vector<const Cache*> raw;
+  for (int i = 0; i < 3; ++i) {
+    auto c = std::make_shared<KVCache>();
+    ASSERT_OK(c->UpdateAndFetch(KV(1, 2, 3 + i, 8, 10 * i), KV(1, 2, 3 + i, 8, 10 * i + 1)));
+    singles.push_back(c);
+    raw.push_back(c.get());
+  }
+  ASSERT_OK_AND_ASSIGN(auto batch, BatchKVCache::Merge(raw));
+  EXPECT_EQ(batch->left_padding().ToVector<int32_t>(), (std::vector<int32_t>{2, 1, 0}));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto back, batch->Extract(i));
+    EXPECT_EQ(Fingerprint(*back), Fingerprint(*singles[i])) << i;
+  }
+  EXPECT_THAT(batch->Extract(3), HasCode(StatusCode::kInvalidArgument, "out of range"));
+  EXPECT_THAT(batch->Filter(std::vector<int64_t>{5}), HasCode(StatusCode::kInvalidArgument, "out of range"));
+}
+
+}  // namespace
+}  // namespace kvstore
