@@ -6,7 +6,6 @@
 namespace kvstore {
 
 namespace {
-constexpr std::string_view kName = "ArraysCache";
 
 Status Bad(const std::string& rule) { return Status::InvalidArgument("ArraysCache: " + rule); }
 

@@ -12,6 +12,7 @@
 #include "libkvstore/util/parallel.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -154,7 +155,12 @@ __attribute__((target("avx2,f16c"))) void HalfRowAvx2(const std::byte* src, floa
 }
 
 bool HasAvx2F16c() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C is CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports lacks it).
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    return __builtin_cpu_supports("avx2") && (ecx & (1u << 29)) != 0;
+  }();
   return has;
 }
 #else
