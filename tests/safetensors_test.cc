@@ -224,3 +224,31 @@ TEST(SafetensorsFileTest, UnalignedTensorsAreCopiedAligned) {
 
 }  // namespace
 }  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+TEST(SafetensorsWriteTest, EveryDtypeRoundTrips) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  std::vector<NamedArray> tensors;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType d = static_cast<DType>(i);
+    const Shape shape = {2, 3};
+    std::vector<std::byte> bytes(static_cast<size_t>(6) * DTypeSize(d));
+    for (size_t b = 0; b < bytes.size(); ++b) bytes[b] = static_cast<std::byte>((b * 37 + i) & 0xFF);
+    if (d == DType::kBool) {
+      for (auto& b : bytes) b &= std::byte{1};
+    }
+    tensors.push_back({std::string(DTypeName(d)), Array::FromBytes(d, shape, bytes)});
+  }
+  ASSERT_OK(WriteFileAtomic(env.get(), "/all", [&](WritableFile& f) { return WriteSafetensors(f, tensors, {}); }));
+  ASSERT_OK_AND_ASSIGN(auto file, SafetensorsFile::Open(env.get(), "/all"));
+  for (const NamedArray& t : tensors) {
+    ASSERT_OK_AND_ASSIGN(Array a, file->Tensor(t.name));
+    EXPECT_EQ(a.dtype(), t.array.dtype()) << t.name;
+    EXPECT_TRUE(a.ContentEquals(t.array)) << t.name;
+  }
+}
+
+}  // namespace
+}  // namespace kvstore
