@@ -75,6 +75,13 @@ expect_exit 0 "" -- trim "$tmp/t.safetensors" --keep 10 -o "$tmp/t.safetensors" 
 "$kvtool" inspect --json "$tmp/t.safetensors" | grep -q '"offset": 10' || fail "trim --keep 10"
 expect_exit 0 "OK" -- verify "$tmp/t.safetensors"
 
+# Quantize / dequantize / dtype conversions.
+expect_exit 0 "loses precision" -- convert "$f16" -o "$tmp/q.safetensors" --quantize 4:64
+"$kvtool" inspect --json "$tmp/q.safetensors" | grep -q '"class": "QuantizedKVCache"' || fail "--quantize"
+expect_exit 0 "" -- convert "$tmp/q.safetensors" -o "$tmp/dq.safetensors" --dequantize --dtype f32 -q
+"$kvtool" inspect --json "$tmp/dq.safetensors" | grep -q '"dtype": "F32"' || fail "--dequantize --dtype f32"
+expect_exit 1 "--quantize takes" -- convert "$f16" -o "$tmp/bad.safetensors" --quantize 7
+
 "$kvtool" --version | grep -q "kvtool" || fail "--version"
 "$kvtool" --help > /dev/null || fail "--help"
 
