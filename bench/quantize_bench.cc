@@ -32,6 +32,17 @@ void QuantizeBench(benchmark::State& state, int bits, int group_size, int thread
 }
 
 void BM_Quantize_F16_G64_B4(benchmark::State& state) { QuantizeBench(state, 4, 64, 0); }
+
+// 2 MiB input: below the parallel threshold, so this is one core.
+void BM_Quantize_F16_G64_B4_OneCore(benchmark::State& state) {
+  const kvstore::Array w = RandomF16({1, 8, 1024, 128});
+  for (auto _ : state) {
+    auto q = kvstore::Quantize(w, {64, 4, kvstore::QuantizeOptions::Rounding::kCpu});
+    benchmark::DoNotOptimize(q);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.nbytes()));
+}
+BENCHMARK(BM_Quantize_F16_G64_B4_OneCore)->UseRealTime();
 void BM_Quantize_F16_G32_B8(benchmark::State& state) { QuantizeBench(state, 8, 32, 0); }
 void BM_Quantize_F16_G64_B3(benchmark::State& state) { QuantizeBench(state, 3, 64, 0); }
 BENCHMARK(BM_Quantize_F16_G64_B4)->UseRealTime();
