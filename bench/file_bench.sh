@@ -45,7 +45,7 @@ cat "$dir/in.safetensors" > /dev/null  # warm the page cache
   run version "$kvtool" --version
 } | tee "$dir/results"
 
-awk -v bytes="$bytes" -v zref="$(stat -c %s "$dir/ref.zst")" -v zours="$(stat -c %s "$dir/c.out")" '
+awk -v bytes="$bytes" -v zin="$(stat -c %s "$dir/c.out")" -v zref="$(stat -c %s "$dir/ref.zst")" -v zours="$(stat -c %s "$dir/c.out")" '
   { t[$1] = $2; rss[$1] = $3 }
   END {
     printf "\nratios (higher is better for kvstore):\n"
@@ -56,6 +56,8 @@ awk -v bytes="$bytes" -v zref="$(stat -c %s "$dir/ref.zst")" -v zours="$(stat -c
     printf "  decompress vs zstd -d:                     %.2fx  (goal >= 1.5)\n", t["zstd_d"] / t["decompress"]
     printf "  inspect 1 GiB vs 16 MiB file:              %.2fx time (goal <= 2)\n", t["inspect_big"] / t["inspect_small"]
     printf "  inspect compressed vs --version:           %.2fx time (goal <= 2)\n", t["inspect_compressed"] / t["version"]
-    printf "  peak RSS beyond the input: save %d MiB, compress %d MiB, decompress %d MiB (goal < 128)\n",
-           (rss["save"] * 1024 - bytes) / 1048576, rss["compress"] / 1024, rss["decompress"] / 1024
+    # RSS counts the pages of the mapped input; subtract the input's size.
+    printf "  peak RSS beyond the mapped input: save %d MiB, compress %d MiB, decompress %d MiB (goal < 128)\n",
+           (rss["save"] * 1024 - bytes) / 1048576, (rss["compress"] * 1024 - bytes) / 1048576,
+           (rss["decompress"] * 1024 - zin) / 1048576
   }' "$dir/results"
