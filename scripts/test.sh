@@ -3,6 +3,8 @@
 # test suite through ctest.
 #   scripts/test.sh              normal build in build/
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
+#   scripts/test.sh --tsan       ThreadSanitizer build of the concurrent parts
+#                                (ServerPromptCache, PromptCacheStore, prompt_cache_sim)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup-deps.sh"
@@ -16,6 +18,17 @@ if [[ "${1:-}" == "--sanitize" ]]; then
         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fi
+if [[ "${1:-}" == "--tsan" ]]; then
+  build=$root/build-tsan
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  generator=()
+  if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+  cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_SANITIZE=thread -DKVSTORE_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" >/dev/null
+  cmake --build "$build" --parallel "$(nproc)" --target prompt_cache_sim server_prompt_cache_test
+  cd "$build"
+  exec ctest --output-on-failure -R '^(prompt_cache_sim|server_prompt_cache_test)$'
 fi
 "$root/scripts/build.sh" "$build" "${args[@]}"
 cd "$build"
