@@ -104,9 +104,11 @@ void QuantizeGroup(const float* x, int gs, int bits, uint32_t* codes, float* sca
 // The CPU-rounding group kernel with AVX2: the same float32 operations as
 // QuantizeGroup<false> (exact IEEE division, round-half-even), 8 lanes at a
 // time, so the codes are bit-identical.
+// With bits == 4 and `words` set, the codes are packed straight into words
+// (8 codes per word) instead of being stored in `codes`.
 __attribute__((target("avx2"))) void QuantizeGroupAvx2(const float* x, int gs, int bits,
                                                         uint32_t* codes, float* scale_out,
-                                                        float* bias_out) {
+                                                        float* bias_out, uint32_t* words) {
   const float n_bins = static_cast<float>((1 << bits) - 1);
   __m256 vmax = _mm256_loadu_ps(x), vmin = vmax;
   for (int i = 8; i < gs; i += 8) {
@@ -134,11 +136,22 @@ __attribute__((target("avx2"))) void QuantizeGroupAvx2(const float* x, int gs, i
   }
   const __m256 vs = _mm256_set1_ps(s), vb = _mm256_set1_ps(bias);
   const __m256 vzero = _mm256_setzero_ps(), vn = _mm256_set1_ps(n_bins);
+  const __m256i nibble_shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   for (int i = 0; i < gs; i += 8) {
     __m256 q = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vb), vs);
     q = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     q = _mm256_min_ps(_mm256_max_ps(q, vzero), vn);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm256_cvtps_epi32(q));
+    const __m256i c = _mm256_cvtps_epi32(q);
+    if (words != nullptr) {
+      // OR the 8 shifted nibbles together: one little-endian word.
+      const __m256i shifted = _mm256_sllv_epi32(c, nibble_shifts);
+      __m128i w = _mm_or_si128(_mm256_castsi256_si128(shifted), _mm256_extracti128_si256(shifted, 1));
+      w = _mm_or_si128(w, _mm_shuffle_epi32(w, 0x4E));
+      w = _mm_or_si128(w, _mm_shuffle_epi32(w, 0xB1));
+      words[i / 8] = static_cast<uint32_t>(_mm_cvtsi128_si32(w));
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), c);
+    }
   }
   *scale_out = s;
   *bias_out = bias;
@@ -266,8 +279,14 @@ Result<QuantizedArray> Quantize(const Array& w, const QuantizeOptions& options) 
         QuantizeGroup<true>(buf.data(), gs, bits, codes.data(), &scale, &bias);
       } else {
 #if defined(__x86_64__)
+        if (fast && bits == 4) {
+          QuantizeGroupAvx2(buf.data(), gs, bits, codes.data(), &scale, &bias, packed + g * words_per_group);
+          StoreScalar(x.dtype(), scales + g * item, scale);
+          StoreScalar(x.dtype(), biases + g * item, bias);
+          continue;
+        }
         if (fast) {
-          QuantizeGroupAvx2(buf.data(), gs, bits, codes.data(), &scale, &bias);
+          QuantizeGroupAvx2(buf.data(), gs, bits, codes.data(), &scale, &bias, nullptr);
         } else {
           QuantizeGroup<false>(buf.data(), gs, bits, codes.data(), &scale, &bias);
         }
