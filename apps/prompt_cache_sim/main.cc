@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     store = std::move(opened).value();
-    std::printf("store: %lld entries recovered, %zu dropped\n", static_cast<long long>(report.entries),
+    std::printf("store: %lld entries recovered (%lld from the manifest), %zu dropped\n",
+                static_cast<long long>(report.entries), static_cast<long long>(report.from_manifest),
                 report.dropped.size());
     for (const auto& d : report.dropped) std::printf("  dropped %s\n", d.c_str());
   }

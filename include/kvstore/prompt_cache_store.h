@@ -10,6 +10,11 @@
 // and verifies the digests: a corrupt file is a miss (and is removed),
 // never wrong KV. Disk usage is bounded by max_bytes with LRU eviction.
 //
+// A manifest (<dir>/MANIFEST, one line per added or removed entry, compacted
+// at Open) makes startup fast: files it lists with a matching size are
+// indexed without reading them; anything else is scanned. The manifest is a
+// hint, never trusted for content: every served file is verified.
+//
 // One process owns a directory at a time: Open() takes an exclusive lock on
 // <dir>/LOCK and fails with FailedPrecondition ("held by another process")
 // for a second owner. Thread-safe: all members may be called concurrently.
@@ -37,6 +42,7 @@ struct PromptCacheStoreOptions {
 
 struct StoreOpenReport {
   int64_t entries = 0;
+  int64_t from_manifest = 0;  // indexed without reading the file
   std::vector<std::string> dropped;  // "<file>: <reason>"
 };
 
@@ -72,6 +78,8 @@ class PromptCacheStore {
   PromptCacheStore(Env* env, std::string dir, PromptCacheStoreOptions options,
                    std::unique_ptr<FileLock> lock);
   void EvictLocked();
+  void LogLocked(char op, const std::string& file, const std::string& model, std::span<const int32_t> tokens,
+                 int64_t bytes);
   static std::string Key(const std::string& model, std::span<const int32_t> tokens);
 
   Env* env_;
@@ -83,6 +91,7 @@ class PromptCacheStore {
   int64_t bytes_ = 0;
   uint64_t clock_ = 0;
   int64_t corrupt_dropped_ = 0;
+  std::unique_ptr<WritableFile> manifest_;  // append-only log
 };
 
 }  // namespace kvstore

@@ -27,6 +27,10 @@ kill -9 "$pid"; wait "$pid" 2>/dev/null
 check "$dir/recovered.out"
 grep -q 'disk [1-9]' "$dir/recovered.out" || fail "no disk hits after recovery: $(cat "$dir/recovered.out")"
 
+# After a clean run the manifest indexes the entries without reading them.
+"$sim" --threads 1 --requests 5 --store "$dir/store" --max-entries 8 --seed 4 > "$dir/manifest.out" || fail "manifest run"
+grep -Eq '\(([1-9][0-9]*) from the manifest\)' "$dir/manifest.out" || fail "manifest not used: $(head -1 "$dir/manifest.out")"
+
 # A corrupted entry is dropped or refused, never served.
 victim=$(ls "$dir/store"/*.safetensors | head -1)
 size=$(stat -c %s "$victim")
