@@ -56,7 +56,7 @@ expect_exit 4 "layout" -- inspect "$tmp/v2.safetensors"
 
 # convert --compress then --decompress is byte-identical; zstd -d agrees.
 expect_exit 0 "" -- convert "$f16" -o "$tmp/c.safetensors" --compress -q
-"$kvtool" inspect "$tmp/c.safetensors" | grep -q "safetensors+zstd" || fail "compressed inspect"
+"$kvtool" inspect "$tmp/c.safetensors" | grep "safetensors+zstd" > /dev/null || fail "compressed inspect"
 expect_exit 0 "" -- convert "$tmp/c.safetensors" -o "$tmp/p.safetensors" --decompress -q
 cmp "$f16" "$tmp/p.safetensors" || fail "compress/decompress round trip is not byte-identical"
 if command -v zstd >/dev/null; then
@@ -70,19 +70,19 @@ expect_exit 0 "OK" -- verify "$tmp/inplace.safetensors"
 
 # trim -n and --keep.
 expect_exit 0 "" -- trim "$f16" -n 5 -o "$tmp/t.safetensors" -q
-"$kvtool" inspect --json "$tmp/t.safetensors" | grep -q '"offset": 32' || fail "trim -n 5 did not leave 32 tokens"
+"$kvtool" inspect --json "$tmp/t.safetensors" | grep '"offset": 32' > /dev/null || fail "trim -n 5 did not leave 32 tokens"
 expect_exit 0 "" -- trim "$tmp/t.safetensors" --keep 10 -o "$tmp/t.safetensors" -q
-"$kvtool" inspect --json "$tmp/t.safetensors" | grep -q '"offset": 10' || fail "trim --keep 10"
+"$kvtool" inspect --json "$tmp/t.safetensors" | grep '"offset": 10' > /dev/null || fail "trim --keep 10"
 expect_exit 0 "OK" -- verify "$tmp/t.safetensors"
 
 # Quantize / dequantize / dtype conversions.
 expect_exit 0 "loses precision" -- convert "$f16" -o "$tmp/q.safetensors" --quantize 4:64
-"$kvtool" inspect --json "$tmp/q.safetensors" | grep -q '"class": "QuantizedKVCache"' || fail "--quantize"
+"$kvtool" inspect --json "$tmp/q.safetensors" | grep '"class": "QuantizedKVCache"' > /dev/null || fail "--quantize"
 expect_exit 0 "" -- convert "$tmp/q.safetensors" -o "$tmp/dq.safetensors" --dequantize --dtype f32 -q
-"$kvtool" inspect --json "$tmp/dq.safetensors" | grep -q '"dtype": "F32"' || fail "--dequantize --dtype f32"
+"$kvtool" inspect --json "$tmp/dq.safetensors" | grep '"dtype": "F32"' > /dev/null || fail "--dequantize --dtype f32"
 expect_exit 1 "--quantize takes" -- convert "$f16" -o "$tmp/bad.safetensors" --quantize 7
 
-"$kvtool" --version | grep -q "kvtool" || fail "--version"
+"$kvtool" --version | grep "kvtool" > /dev/null || fail "--version"
 "$kvtool" --help > /dev/null || fail "--help"
 
 if ((failures)); then echo "$failures failures"; exit 1; fi
