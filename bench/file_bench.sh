@@ -56,7 +56,7 @@ awk -v bytes="$bytes" -v zin="$(stat -c %s "$dir/c.out")" -v zref="$(stat -c %s 
     printf "  decompress vs zstd -d:                     %.2fx  (goal >= 1.5)\n", t["zstd_d"] / t["decompress"]
     printf "  inspect 1 GiB vs 16 MiB file:              %.2fx time (goal <= 2)\n", t["inspect_big"] / t["inspect_small"]
     printf "  inspect compressed vs --version:           %.2fx time (goal <= 2)\n", t["inspect_compressed"] / t["version"]
-    # RSS counts the pages of the mapped input; subtract the input's size.
+    # RSS counts the pages of the mapped input, so subtract the input size.
     printf "  peak RSS beyond the mapped input: save %d MiB, compress %d MiB, decompress %d MiB (goal < 128)\n",
            (rss["save"] * 1024 - bytes) / 1048576, (rss["compress"] * 1024 - bytes) / 1048576,
            (rss["decompress"] * 1024 - zin) / 1048576

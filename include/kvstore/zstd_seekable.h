@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <vector>
@@ -62,12 +63,18 @@ class ZstdSeekableWriter {
     uint32_t compressed;
     uint32_t decompressed;
   };
+  struct Batch;  // frames being compressed in the background
+  // Starts compressing the pending frames in the background and writes the
+  // previous batch meanwhile (compression overlaps the writes).
   Status FlushPending(bool all);
+  Status WriteBatch(Batch& batch);
 
   WritableFile* out_;
   ZstdWriteOptions options_;
   std::vector<std::byte> current_;
   std::vector<std::vector<std::byte>> pending_;  // full frames not yet compressed
+  std::shared_ptr<Batch> in_flight_;
+  std::future<Status> in_flight_done_;
   std::vector<Entry> entries_;
   uint64_t compressed_bytes_ = 0;
   uint64_t uncompressed_bytes_ = 0;

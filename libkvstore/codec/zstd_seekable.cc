@@ -68,37 +68,69 @@ Status ZstdSeekableWriter::EndFrame() {
   if (current_.empty()) return Status::OK();
   pending_.push_back(std::move(current_));
   current_.clear();
-  if (pending_.size() >= static_cast<size_t>(options_.threads)) return FlushPending(true);
+  if (pending_.size() >= static_cast<size_t>(options_.threads)) return FlushPending(false);
   return Status::OK();
 }
 
-// Compresses the pending frames in parallel and appends them in order.
-Status ZstdSeekableWriter::FlushPending(bool) {
-  std::vector<std::vector<std::byte>> compressed(pending_.size());
-  Status s = ParallelFor(pending_.size(), options_.threads, [&](size_t i) -> Status {
-    const std::vector<std::byte>& in = pending_[i];
-    std::vector<std::byte>& out = compressed[i];
-    out.resize(ZSTD_compressBound(in.size()));
-    ZSTD_CCtx* cctx = ZSTD_createCCtx();
-    if (cctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, options_.level);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
-    const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), in.data(), in.size());
-    ZSTD_freeCCtx(cctx);
-    if (ZSTD_isError(n)) return ZstdError("compress", n);
-    out.resize(n);
-    return Status::OK();
-  });
-  if (!s.ok()) return status_ = s;
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    Status a = out_->Append(compressed[i]);
+struct ZstdSeekableWriter::Batch {
+  std::vector<std::vector<std::byte>> input;
+  std::vector<std::vector<std::byte>> output;
+};
+
+namespace {
+Status CompressFrame(const std::vector<std::byte>& in, std::vector<std::byte>& out, int level) {
+  out.resize(ZSTD_compressBound(in.size()));
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  if (cctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
+  const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), in.data(), in.size());
+  ZSTD_freeCCtx(cctx);
+  if (ZSTD_isError(n)) return ZstdError("compress", n);
+  out.resize(n);
+  return Status::OK();
+}
+}  // namespace
+
+Status ZstdSeekableWriter::WriteBatch(Batch& batch) {
+  for (size_t i = 0; i < batch.input.size(); ++i) {
+    Status a = out_->Append(batch.output[i]);
     if (!a.ok()) return status_ = a;
-    entries_.push_back({static_cast<uint32_t>(compressed[i].size()),
-                        static_cast<uint32_t>(pending_[i].size())});
-    compressed_bytes_ += compressed[i].size();
+    entries_.push_back({static_cast<uint32_t>(batch.output[i].size()),
+                        static_cast<uint32_t>(batch.input[i].size())});
+    compressed_bytes_ += batch.output[i].size();
   }
-  pending_.clear();
+  return Status::OK();
+}
+
+Status ZstdSeekableWriter::FlushPending(bool all) {
+  std::shared_ptr<Batch> next;
+  std::future<Status> next_done;
+  if (!pending_.empty()) {
+    next = std::make_shared<Batch>();
+    next->input = std::move(pending_);
+    pending_.clear();
+    next->output.resize(next->input.size());
+    const int threads = options_.threads, level = options_.level;
+    next_done = std::async(std::launch::async, [next, threads, level] {
+      return ParallelFor(next->input.size(), threads,
+                         [&](size_t i) { return CompressFrame(next->input[i], next->output[i], level); });
+    });
+  }
+  // Write the previous batch while the next one compresses.
+  if (in_flight_) {
+    Status s = in_flight_done_.get();
+    if (s.ok()) s = WriteBatch(*in_flight_);
+    in_flight_.reset();
+    if (!s.ok()) {
+      if (next) (void)next_done.get();
+      return status_ = s;
+    }
+  }
+  in_flight_ = std::move(next);
+  if (in_flight_) in_flight_done_ = std::move(next_done);
+  if (all && in_flight_) return FlushPending(false);  // drain: nothing pending now
   return Status::OK();
 }
 
@@ -107,6 +139,7 @@ Status ZstdSeekableWriter::Finish() {
   KV_RETURN_IF_ERROR(EndFrame());
   KV_RETURN_IF_ERROR(FlushPending(true));
   finished_ = true;
+  if (in_flight_) return Status::Internal("zstd writer: a batch is still in flight");
   std::vector<std::byte> table;
   StoreU32(table, kSkippableMagic);
   StoreU32(table, static_cast<uint32_t>(entries_.size() * kEntrySize + kFooterSize));
