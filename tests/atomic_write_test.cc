@@ -54,6 +54,8 @@ std::string OpName(Op op) {
       return "SyncDir";
     case Op::kNewWritable:
       return "NewWritable";
+    case Op::kWriteAt:
+      return "WriteAt";
   }
   return "?";
 }

@@ -189,7 +189,7 @@ TEST(SafetensorsWriteTest, RejectsBadNamesAndOptions) {
   EXPECT_THAT(PlanSafetensors(bad_utf8, {}), HasCode(StatusCode::kInvalidArgument, "UTF-8"));
   SafetensorsWriteOptions odd;
   odd.alignment = 12;
-  EXPECT_THAT(PlanSafetensors({}, {}, odd), HasCode(StatusCode::kInvalidArgument, "power of two"));
+  EXPECT_THAT(PlanSafetensors(std::vector<NamedArray>{}, {}, odd), HasCode(StatusCode::kInvalidArgument, "power of two"));
 }
 
 TEST(SafetensorsWriteTest, WriteErrorsPropagateAndLeaveOldFile) {

@@ -20,33 +20,11 @@ Json MetaJson(const MetaState& m) {
   return out;
 }
 
-std::optional<int64_t> MetaInt(const MetaState& m, size_t i) {
-  if (!m.is_list() || i >= m.size() || !m[i].is_string()) return std::nullopt;
-  try {
-    return std::stoll(m[i].str());
-  } catch (...) {
-    return std::nullopt;
-  }
-}
-
-// The offset the layer's cache will have after load, from the header alone;
-// nullopt for classes without a scalar offset.
-std::optional<int64_t> OffsetAfterLoad(const LayerInfo& layer) {
-  const std::string& c = layer.class_name;
-  if (c == "RotatingKVCache") return MetaInt(layer.meta_state, 2);
-  if (c == "QuantizedKVCache") return MetaInt(layer.meta_state, 0);
-  if (c == "KVCache" || c == "ConcatenateKVCache" || c == "ChunkedKVCache") {
-    if (!layer.tensors.empty() && layer.tensors[0].shape.size() == 4) return layer.tensors[0].shape[2];
-  }
-  return std::nullopt;
-}
-
 Json LayerJson(const LayerInfo& layer) {
   Json out = Json::MakeObject();
   out["index"] = Json(static_cast<int64_t>(layer.index));
   out["class"] = Json(layer.class_name);
-  std::optional<int64_t> offset = OffsetAfterLoad(layer);
-  out["offset"] = offset ? Json(*offset) : Json();
+  out["offset"] = layer.offset ? Json(*layer.offset) : Json();
   out["meta_state"] = MetaJson(layer.meta_state);
   Json tensors = Json::MakeArray();
   for (const auto& t : layer.tensors) {
@@ -63,6 +41,7 @@ Json LayerJson(const LayerInfo& layer) {
   Json children = Json::MakeArray();
   for (const LayerInfo& c : layer.children) children.Push(LayerJson(c));
   out["children"] = std::move(children);
+  if (!layer.unsupported.empty()) out["unsupported"] = Json(layer.unsupported);
   return out;
 }
 
@@ -85,7 +64,7 @@ uint64_t LayerBytes(const LayerInfo& layer) {
 }
 
 void PrintLayer(const LayerInfo& layer, const std::string& indent, bool tensors) {
-  std::optional<int64_t> offset = OffsetAfterLoad(layer);
+  const std::optional<int64_t>& offset = layer.offset;
   std::printf("%s%-5zu %-22s %8s  %-28s %10s  %s\n", indent.c_str(), layer.index, layer.class_name.c_str(),
               offset ? std::to_string(*offset).c_str() : "-", Describe(layer).c_str(),
               HumanBytes(LayerBytes(layer)).c_str(), MetaText(layer.meta_state).c_str());
@@ -117,7 +96,7 @@ int RunInspect(const InspectArgs& a) {
     verified = report->ok();
     mismatches = report->mismatches;
   }
-  const std::string format = info->compression ? "safetensors+zstd" : "safetensors";
+  const std::string format = info->compression ? "safetensors+" + info->compression->codec : "safetensors";
   if (a.json) {
     Json out = Json::MakeObject();
     out["path"] = Json(a.path);
@@ -149,13 +128,14 @@ int RunInspect(const InspectArgs& a) {
     Json layers = Json::MakeArray();
     for (const LayerInfo& l : info->layers) layers.Push(LayerJson(l));
     out["layers"] = std::move(layers);
+    if (!info->unsupported.empty()) out["unsupported"] = Json(info->unsupported);
     Json::DumpOptions pretty;
     pretty.indent = 2;
     std::cout << out.Dump(pretty) << "\n";
   } else {
     int64_t tokens = -1;
     std::function<void(const LayerInfo&)> scan = [&](const LayerInfo& l) {
-      tokens = std::max<int64_t>(tokens, OffsetAfterLoad(l).value_or(-1));
+      tokens = std::max<int64_t>(tokens, l.offset.value_or(-1));
       for (const LayerInfo& c : l.children) scan(c);
     };
     for (const LayerInfo& l : info->layers) scan(l);
@@ -174,6 +154,12 @@ int RunInspect(const InspectArgs& a) {
                 integrity.c_str());
     std::printf("%-5s %-22s %8s  %-28s %10s  %s\n", "layer", "class", "offset", "tensors", "bytes", "meta_state");
     for (const LayerInfo& l : info->layers) PrintLayer(l, "", a.tensors);
+    std::function<void(const LayerInfo&, const std::string&)> notes = [&](const LayerInfo& l, const std::string& where) {
+      if (!l.unsupported.empty()) std::printf("note: %s%zu cannot be loaded: %s\n", where.c_str(), l.index, l.unsupported.c_str());
+      for (const LayerInfo& c : l.children) notes(c, where + std::to_string(l.index) + " child ");
+    };
+    for (const LayerInfo& l : info->layers) notes(l, "layer ");
+    if (!info->unsupported.empty()) std::printf("note: the file cannot be loaded: %s\n", info->unsupported.c_str());
     if (!info->user_metadata.empty()) {
       std::printf("metadata:\n");
       for (const auto& [k, v] : info->user_metadata) {

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
+#include "apps/kvtool/progress.h"
 
 namespace kvtool {
 namespace {
@@ -13,7 +14,8 @@ struct VerifyArgs {
 };
 
 int RunVerify(const VerifyArgs& a) {
-  auto report = kvstore::VerifyPromptCacheFile(kvstore::Env::Default(), a.path, a.threads);
+  ProgressBar bar("verify", a.quiet);
+  auto report = kvstore::VerifyPromptCacheFile(kvstore::Env::Default(), a.path, a.threads, bar.Callback());
   if (!report.ok()) return Fail(report.status());
   if (!report->has_digests) {
     return Fail(kExitUnsupported, a.path + ": the file carries no digests (write it with kvstore, or run "
@@ -39,7 +41,7 @@ Runner RegisterVerify(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("verify", "Check the SHA-256 digests of a cache file");
   cmd->add_option("FILE", args->path, "prompt-cache file")->required();
   cmd->add_option("--threads", args->threads, "hashing threads (0 = all cores)");
-  cmd->add_flag("-q,--quiet", args->quiet, "print nothing on success");
+  cmd->add_flag("-q,--quiet", args->quiet, "no progress bar, nothing printed on success");
   return [args, cmd] { return *cmd ? RunVerify(*args) : -1; };
 }
 

@@ -42,6 +42,13 @@ class ReadableFile : public std::enable_shared_from_this<ReadableFile> {
   virtual std::span<const std::byte> data() const = 0;
   uint64_t size() const { return data().size(); }
   const std::string& path() const { return path_; }
+  // Hint that bytes [offset, offset + length) will all be read soon. A
+  // mapped file populates its page tables for them in one system call
+  // instead of taking a fault per page. No effect on the content.
+  virtual void WillRead(uint64_t offset, uint64_t length) const {
+    (void)offset;
+    (void)length;
+  }
   // Read-only Storage over the same bytes that keeps this file alive, so
   // Arrays can view tensors in place. REQUIRES: *this is owned by a
   // shared_ptr (always true for files returned by an Env).
@@ -66,6 +73,10 @@ class WritableFile {
  public:
   virtual ~WritableFile() = default;
   virtual Status Append(std::span<const std::byte> data) = 0;
+  // Overwrites bytes already appended: [offset, offset + data.size()) must
+  // lie within size(). Used to fill in a header whose length was reserved
+  // before the data behind it was written. Fails like Append.
+  virtual Status WriteAt(uint64_t offset, std::span<const std::byte> data) = 0;
   // Flushes buffers to the OS and the OS to the device (fdatasync).
   virtual Status Sync() = 0;
   virtual Status Close() = 0;
@@ -161,7 +172,7 @@ std::unique_ptr<Env> NewMemEnv();
 // pass through.
 class FaultInjectionEnv : public Env {
  public:
-  enum class Op { kAppend, kSync, kRename, kSyncDir, kNewWritable };
+  enum class Op { kAppend, kSync, kRename, kSyncDir, kNewWritable, kWriteAt };
 
   explicit FaultInjectionEnv(Env* base);
   ~FaultInjectionEnv() override;

@@ -17,6 +17,8 @@
 #define KVSTORE_PROMPT_CACHE_FILE_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,13 +28,14 @@
 #include "kvstore/env.h"
 #include "kvstore/safetensors.h"
 #include "kvstore/status.h"
+#include "kvstore/zstd_seekable.h"
 
 namespace kvstore {
 
 enum class PromptCacheLayout {
   kMlxLm,        // mlx-lm's save_prompt_cache (format v1)
-  kMlxSwiftLm,   // mlx-swift-lm's flat layout (detected; see docs/format.md §5.6)
-  kMlxLmLegacy,  // the first cache_prompt format: "{i}_keys" / "{i}_values"
+  kMlxSwiftLm,   // mlx-swift-lm's flat layout (docs/format.md §5.6)
+  kMlxLmLegacy,  // the first cache_prompt format: "{i}_keys" / "{i}_values" (read only)
 };
 std::string_view LayoutName(PromptCacheLayout layout);  // "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy"
 
@@ -43,12 +46,19 @@ inline constexpr std::string_view kHeaderDigestKey = "kvstore_sha256_header";
 // True for the keys above (excluded from the user metadata we return).
 bool IsKvstoreMetadataKey(std::string_view user_key);
 
+// Progress of a long operation in bytes: called with (done, total) from the
+// calling thread, often enough to draw a progress bar (about every 4 MiB).
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
 struct SavePromptCacheOptions {
+  PromptCacheLayout layout = PromptCacheLayout::kMlxLm;  // kMlxLm or kMlxSwiftLm
   bool integrity = true;                 // write SHA-256 digests
   std::optional<int> compression_level;  // set: seekable zstd container at this level
+  ZstdCodec codec = ZstdCodec::kZstd;    // with compression: plain frames or byte planes
   size_t frame_size = size_t{4} << 20;   // compressed frame size (input bytes)
   size_t alignment = 8;                  // data-section alignment of the plain file
   int threads = 0;                       // hashing/compression workers (0 = all cores)
+  ProgressFn progress;                   // bytes of tensor data written
 };
 
 struct LoadPromptCacheOptions {
@@ -67,10 +77,22 @@ struct LoadedPromptCache {
 };
 
 // Saves atomically (temp file, fsync, rename). Errors: InvalidArgument for a
-// cache mlx-lm cannot save (an empty KVCache, a None ArraysCache slot, a
-// user key that would break mlx-lm's loader: empty, containing '.', or an
-// integer), and the Env's errors; the old file is then left untouched.
+// cache the layout's loader cannot read (mlx-lm: an empty KVCache, a None
+// ArraysCache slot, a user key that is empty, contains '.' or is an
+// integer), NotSupported for a class the layout lacks (mlx-swift-lm has no
+// batch caches), and the Env's errors; the old file is then left untouched.
+// Plain files are hashed while they are written; the header, whose digests
+// are fixed-length, is written last into the space reserved for it.
 Status SavePromptCache(Env* env, const std::string& path, const PromptCache& cache,
+                       const Metadata& user_metadata, const SavePromptCacheOptions& options = {});
+
+// Produces layer `index` of a cache being saved. A streaming save calls it
+// once to plan the header and again when the layer's data is written (more
+// than once when the layer's tensors have different element sizes), so a
+// conversion holds about one layer in memory. It must return the same
+// content every time.
+using LayerSource = std::function<Result<std::shared_ptr<const Cache>>(size_t index)>;
+Status SavePromptCache(Env* env, const std::string& path, size_t num_layers, const LayerSource& source,
                        const Metadata& user_metadata, const SavePromptCacheOptions& options = {});
 
 // Loads a prompt cache. Corruption for malformed files (naming the rule),
@@ -90,14 +112,16 @@ struct LayerTensor {
 
 struct LayerInfo {
   size_t index = 0;
-  std::string class_name;
-  MetaState meta_state;
+  std::string class_name;  // as written in the file
+  MetaState meta_state;    // as written in the file
+  std::optional<int64_t> offset;  // the cache's offset after load; none for classes without one
   std::vector<LayerTensor> tensors;
   std::vector<LayerInfo> children;  // CacheList children
+  std::string unsupported;  // why the layer cannot be loaded; empty when it can
 };
 
 struct CompressionInfo {
-  std::string codec = "zstd";
+  std::string codec = "zstd";  // "zstd" or "zstd-byteplane"
   uint64_t frames = 0;
   uint64_t compressed_bytes = 0;
 };
@@ -110,6 +134,7 @@ struct PromptCacheInfo {
   bool has_digests = false;
   Metadata user_metadata;  // kvstore_* keys excluded
   std::vector<LayerInfo> layers;
+  std::string unsupported;  // why the file cannot be loaded; empty when it can
   SafetensorsHeader header;  // of the (decompressed) safetensors file
 };
 
@@ -127,7 +152,95 @@ struct VerifyReport {
 
 // Hashes every tensor (in parallel) and compares with the stored digests.
 // A file without digests gives has_digests == false (not an error).
-Result<VerifyReport> VerifyPromptCacheFile(Env* env, const std::string& path, int threads = 0);
+Result<VerifyReport> VerifyPromptCacheFile(Env* env, const std::string& path, int threads = 0,
+                                           const ProgressFn& progress = {});
+
+// ---- Reading layer by layer ----
+
+// An opened prompt-cache file whose layers are built on demand: a plain file
+// is mapped and its layers view the mapping; a compressed file decompresses
+// only the frames holding the requested layer. Immutable after Open: every
+// member may be called from many threads at once.
+class PromptCacheReader {
+ public:
+  struct Options {
+    ParseLimits limits;
+    // Compressed files: decompress everything at Open (all cores) instead of
+    // layer by layer. Faster for loading a whole cache; uses its size in memory.
+    bool decompress_at_open = false;
+    // Plain files: populate a layer's pages when it is read (one system call
+    // instead of a page fault per page). Faster when every byte will be read
+    // (conversions); loads leave it off so that untouched bytes cost nothing.
+    bool prefetch = false;
+    int threads = 0;
+  };
+  // Reads the header (for a compressed file, only the frames holding it).
+  // Errors as LoadPromptCache's for the layout; tensors are not touched.
+  static Result<std::unique_ptr<PromptCacheReader>> Open(Env* env, const std::string& path,
+                                                         const Options& options);
+  static Result<std::unique_ptr<PromptCacheReader>> Open(Env* env, const std::string& path) {
+    return Open(env, path, Options{});
+  }
+  ~PromptCacheReader();
+
+  const PromptCacheInfo& info() const;
+  size_t num_layers() const;
+  const std::string& path() const;
+
+  // Builds layer `index`. With `verify`, first checks the header and this
+  // layer's tensors against the stored digests: Corruption naming the tensor
+  // on a mismatch, FailedPrecondition when the file has no digests.
+  // REQUIRES: index < num_layers().
+  Result<std::shared_ptr<Cache>> ReadLayer(size_t index, bool verify = false) const;
+
+  // Hashes every tensor (in parallel) and compares with the stored digests.
+  Result<VerifyReport> Verify(int threads = 0, const ProgressFn& progress = {}) const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit PromptCacheReader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- Converting files ----
+
+struct ConvertOptions {
+  SavePromptCacheOptions output;  // layout, integrity and compression of the output
+  // When the input has digests, check the bytes used against them: tensors
+  // copied unchanged are checked as they are written, the others when read.
+  // A mismatch fails the conversion (Corruption naming the input tensor)
+  // and leaves the output untouched.
+  bool verify_input = true;
+  // Applied to every layer after it is read (quantize, cast, trim...); may
+  // return the layer itself. Called again when the save needs the layer
+  // again: must be deterministic.
+  std::function<Result<std::shared_ptr<Cache>>(size_t index, std::shared_ptr<Cache> layer)> transform;
+  int threads = 0;
+};
+
+// Re-writes `in` as `out` layer by layer with bounded memory (about one
+// layer plus the compression frames in flight). `out` may equal `in`: the
+// input stays mapped and is replaced atomically at the end.
+Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string& out,
+                              const ConvertOptions& options);
+
+struct TranscodeOptions {
+  std::optional<int> compression_level;  // unset: a plain safetensors file
+  ZstdCodec codec = ZstdCodec::kZstd;
+  size_t frame_size = size_t{4} << 20;
+  int threads = 0;
+  ProgressFn progress;  // bytes of the plain file written or compressed
+};
+
+// Changes only the container of `in` (plain, zstd, byte-plane zstd): the
+// plain file inside is copied byte for byte, so compressing and then
+// decompressing gives back the input exactly. Streams frame by frame on all
+// cores (decompression is pipelined with the writes). Does not check
+// digests (use VerifyPromptCacheFile). `out` may equal `in`.
+Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::string& out,
+                                const TranscodeOptions& options);
 
 }  // namespace kvstore
 

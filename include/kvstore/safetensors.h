@@ -156,6 +156,11 @@ struct SafetensorsLayout {
 Result<SafetensorsLayout> PlanSafetensors(std::span<const NamedArray> tensors,
                                           const Metadata& metadata,
                                           const SafetensorsWriteOptions& options = {});
+// The same from names, dtypes and shapes alone (begin/end are ignored), for
+// writers that produce the data later.
+Result<SafetensorsLayout> PlanSafetensors(std::span<const TensorInfo> tensors,
+                                          const Metadata& metadata,
+                                          const SafetensorsWriteOptions& options = {});
 
 // Streams a whole file to `out`: the header, then each tensor's elements in
 // the layout's data order (strided views are written without a full copy).

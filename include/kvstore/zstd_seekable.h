@@ -12,6 +12,14 @@
 //   skippable frame 0x184D2A5E    seek table: n x {u32 compressed, u32 decompressed}
 //                                 then u32 n, u8 descriptor (0), u32 0x8F92EAB1
 //
+// Codecs: kZstd frames hold the plain bytes. kBytePlane (docs/format.md
+// §6.2) prefixes the first frame's content with the 8-byte magic
+// "KVBP\x01\x02\0\0" and stores every later frame as its even bytes followed
+// by its odd bytes, which compresses 16-bit floats better. `zstd -d` on such
+// a file yields the magic followed by shuffled bytes; every safetensors
+// reader refuses that (the magic read as a header length is ~2.2e12), so it
+// is never silently misread.
+//
 // Thread safety: a writer is used by one thread (it runs its own workers);
 // a reader is immutable after Open and may be used from many threads.
 #ifndef KVSTORE_ZSTD_SEEKABLE_H_
@@ -22,6 +30,7 @@
 #include <future>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kvstore/env.h"
@@ -32,10 +41,14 @@ namespace kvstore {
 // True when `prefix` starts with the zstd frame magic (0xFD2FB528).
 bool IsZstdFrame(std::span<const std::byte> prefix);
 
+enum class ZstdCodec { kZstd, kBytePlane };
+std::string_view ZstdCodecName(ZstdCodec codec);  // "zstd", "zstd-byteplane"
+
 struct ZstdWriteOptions {
   int level = 3;                          // zstd level (negative = faster)
   size_t frame_size = size_t{4} << 20;    // bytes of input per data frame
   int threads = 0;                        // 0 = all cores
+  ZstdCodec codec = ZstdCodec::kZstd;
 };
 
 // Streams input into frames. Memory: about 2 x threads x frame_size.
@@ -72,7 +85,10 @@ class ZstdSeekableWriter {
   WritableFile* out_;
   ZstdWriteOptions options_;
   std::vector<std::byte> current_;
+  bool current_started_ = false;                  // current_ holds a frame being filled
+  uint64_t frames_started_ = 0;
   std::vector<std::vector<std::byte>> pending_;  // full frames not yet compressed
+  std::vector<bool> pending_split_;              // byte-plane transform per pending frame
   std::shared_ptr<Batch> in_flight_;
   std::future<Status> in_flight_done_;
   std::vector<Entry> entries_;
@@ -92,6 +108,7 @@ struct ZstdReadLimits {
 // ReadableFile alive).
 class ZstdSeekableReader {
  public:
+  // Offsets and sizes of the original (for kBytePlane: without the magic).
   struct Frame {
     uint64_t compressed_offset;
     uint32_t compressed_size;
@@ -107,20 +124,27 @@ class ZstdSeekableReader {
 
   uint64_t decompressed_size() const { return decompressed_size_; }
   const std::vector<Frame>& frames() const { return frames_; }
+  ZstdCodec codec() const { return codec_; }
 
   // Decompresses bytes [offset, offset + out.size()) of the original,
-  // touching only the frames that cover them.
-  Status Read(uint64_t offset, std::span<std::byte> out) const;
+  // touching only the frames that cover them, on up to `threads` workers.
+  Status Read(uint64_t offset, std::span<std::byte> out, int threads = 1) const;
+  // Decompresses frame `index` into `out` (frames()[index].decompressed_size bytes).
+  Status ReadFrame(size_t index, std::span<std::byte> out) const;
   // Decompresses everything into `out` (decompressed_size() bytes) using
   // `threads` workers (0 = all cores).
   Status ReadAll(std::span<std::byte> out, int threads = 0) const;
 
  private:
-  Status DecompressFrame(size_t index, std::span<std::byte> out) const;
+  Status DetectCodec();
+  // Decompresses a frame's stored content (for kBytePlane: planes, or the
+  // magic then the header) into `content`.
+  Status DecompressContent(size_t index, std::span<std::byte> content) const;
 
   std::span<const std::byte> file_;
   std::vector<Frame> frames_;
   uint64_t decompressed_size_ = 0;
+  ZstdCodec codec_ = ZstdCodec::kZstd;
 };
 
 }  // namespace kvstore

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "libkvstore/codec/byte_plane.h"
 #include "libkvstore/util/parallel.h"
 
 namespace kvstore {
@@ -16,6 +17,10 @@ constexpr uint32_t kSeekableMagic = 0x8F92EAB1u;
 constexpr size_t kFooterSize = 9;       // u32 frames, u8 descriptor, u32 magic
 constexpr size_t kEntrySize = 8;        // u32 compressed, u32 decompressed (no checksums)
 constexpr size_t kMaxFrameInput = size_t{1} << 30;
+// First content bytes of a byte-plane file: "KVBP", version 1, 2 planes.
+constexpr std::byte kBytePlaneMagic[8] = {std::byte{'K'}, std::byte{'V'}, std::byte{'B'}, std::byte{'P'},
+                                          std::byte{1},   std::byte{2},   std::byte{0},   std::byte{0}};
+constexpr size_t kMagicSize = sizeof(kBytePlaneMagic);
 
 uint32_t LoadU32(const std::byte* p) {
   uint32_t v = 0;
@@ -37,6 +42,10 @@ bool IsZstdFrame(std::span<const std::byte> prefix) {
   return prefix.size() >= 4 && LoadU32(prefix.data()) == kZstdMagic;
 }
 
+std::string_view ZstdCodecName(ZstdCodec codec) {
+  return codec == ZstdCodec::kBytePlane ? "zstd-byteplane" : "zstd";
+}
+
 // ---- Writer ----
 
 ZstdSeekableWriter::ZstdSeekableWriter(WritableFile* out, const ZstdWriteOptions& options)
@@ -53,32 +62,48 @@ Status ZstdSeekableWriter::Append(std::span<const std::byte> data) {
   if (finished_) return Status::FailedPrecondition("ZstdSeekableWriter: Append after Finish");
   KV_RETURN_IF_ERROR(status_);
   while (!data.empty()) {
-    const size_t room = options_.frame_size - current_.size();
+    if (!current_started_) {
+      current_started_ = true;
+      if (options_.codec == ZstdCodec::kBytePlane && frames_started_ == 0) {
+        current_.assign(std::begin(kBytePlaneMagic), std::end(kBytePlaneMagic));
+      }
+      ++frames_started_;
+    }
+    const size_t room = options_.frame_size - std::min(options_.frame_size, current_.size());
     const size_t take = std::min(room, data.size());
     current_.insert(current_.end(), data.begin(), data.begin() + take);
     data = data.subspan(take);
     uncompressed_bytes_ += take;
-    if (current_.size() == options_.frame_size) KV_RETURN_IF_ERROR(EndFrame());
+    if (current_.size() >= options_.frame_size) KV_RETURN_IF_ERROR(EndFrame());
   }
   return Status::OK();
 }
 
 Status ZstdSeekableWriter::EndFrame() {
   KV_RETURN_IF_ERROR(status_);
-  if (current_.empty()) return Status::OK();
+  if (!current_started_) return Status::OK();
+  // Byte planes apply to every frame but the first (magic and header).
+  pending_split_.push_back(options_.codec == ZstdCodec::kBytePlane && frames_started_ > 1);
   pending_.push_back(std::move(current_));
   current_.clear();
+  current_started_ = false;
   if (pending_.size() >= static_cast<size_t>(options_.threads)) return FlushPending(false);
   return Status::OK();
 }
 
 struct ZstdSeekableWriter::Batch {
   std::vector<std::vector<std::byte>> input;
+  std::vector<bool> split;
   std::vector<std::vector<std::byte>> output;
 };
 
 namespace {
-Status CompressFrame(const std::vector<std::byte>& in, std::vector<std::byte>& out, int level) {
+Status CompressFrame(std::vector<std::byte>& in, bool split, std::vector<std::byte>& out, int level) {
+  if (split) {
+    std::vector<std::byte> planes(in.size());
+    SplitBytePlanes(in, planes);
+    in.swap(planes);
+  }
   out.resize(ZSTD_compressBound(in.size()));
   ZSTD_CCtx* cctx = ZSTD_createCCtx();
   if (cctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
@@ -110,12 +135,14 @@ Status ZstdSeekableWriter::FlushPending(bool all) {
   if (!pending_.empty()) {
     next = std::make_shared<Batch>();
     next->input = std::move(pending_);
+    next->split = std::move(pending_split_);
     pending_.clear();
+    pending_split_.clear();
     next->output.resize(next->input.size());
     const int threads = options_.threads, level = options_.level;
     next_done = std::async(std::launch::async, [next, threads, level] {
       return ParallelFor(next->input.size(), threads,
-                         [&](size_t i) { return CompressFrame(next->input[i], next->output[i], level); });
+                         [&](size_t i) { return CompressFrame(next->input[i], next->split[i], next->output[i], level); });
     });
   }
   // Write the previous batch while the next one compresses.
@@ -198,51 +225,102 @@ Result<ZstdSeekableReader> ZstdSeekableReader::Open(std::span<const std::byte> f
     return corrupt(std::to_string(file.size() - table_size - coff) + " bytes not covered by any frame");
   }
   r.decompressed_size_ = doff;
+  KV_RETURN_IF_ERROR(r.DetectCodec());
   return r;
 }
 
-Status ZstdSeekableReader::DecompressFrame(size_t index, std::span<std::byte> out) const {
+// The byte-plane magic is the first content of frame 0; only a prefix of the
+// frame is decompressed to look for it.
+Status ZstdSeekableReader::DetectCodec() {
+  if (frames_.empty() || frames_[0].decompressed_size < kMagicSize) return Status::OK();
+  const Frame& f = frames_[0];
+  std::byte prefix[kMagicSize];
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  if (dctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
+  ZSTD_inBuffer in{file_.data() + f.compressed_offset, f.compressed_size, 0};
+  ZSTD_outBuffer out{prefix, kMagicSize, 0};
+  size_t rc = 0;
+  while (out.pos < out.size && in.pos < in.size) {
+    rc = ZSTD_decompressStream(dctx, &out, &in);
+    if (ZSTD_isError(rc) || rc == 0) break;
+  }
+  ZSTD_freeDCtx(dctx);
+  if (ZSTD_isError(rc)) return ZstdError("frame 0", rc);
+  if (out.pos == kMagicSize && std::memcmp(prefix, kBytePlaneMagic, kMagicSize) == 0) {
+    codec_ = ZstdCodec::kBytePlane;
+    // Offsets of the original exclude the magic.
+    frames_[0].decompressed_size -= kMagicSize;
+    for (size_t i = 1; i < frames_.size(); ++i) frames_[i].decompressed_offset -= kMagicSize;
+    decompressed_size_ -= kMagicSize;
+  }
+  return Status::OK();
+}
+
+Status ZstdSeekableReader::DecompressContent(size_t index, std::span<std::byte> content) const {
   const Frame& f = frames_[index];
   const std::byte* src = file_.data() + f.compressed_offset;
   const unsigned long long declared = ZSTD_getFrameContentSize(src, f.compressed_size);
-  if (declared != f.decompressed_size) {
+  if (declared != content.size()) {
     return Status::Corruption("zstd frame " + std::to_string(index) +
                               ": content size disagrees with the seek table");
   }
   if (ZSTD_findFrameCompressedSize(src, f.compressed_size) != f.compressed_size) {
     return Status::Corruption("zstd frame " + std::to_string(index) + ": size disagrees with the seek table");
   }
-  const size_t n = ZSTD_decompress(out.data(), out.size(), src, f.compressed_size);
+  const size_t n = ZSTD_decompress(content.data(), content.size(), src, f.compressed_size);
   if (ZSTD_isError(n)) return ZstdError("frame " + std::to_string(index), n);
-  if (n != f.decompressed_size) {
+  if (n != content.size()) {
     return Status::Corruption("zstd frame " + std::to_string(index) + ": short frame");
   }
   return Status::OK();
 }
 
-Status ZstdSeekableReader::Read(uint64_t offset, std::span<std::byte> out) const {
+Status ZstdSeekableReader::ReadFrame(size_t index, std::span<std::byte> out) const {
+  const Frame& f = frames_[index];
+  if (out.size() != f.decompressed_size) return Status::InvalidArgument("zstd ReadFrame: wrong output size");
+  if (codec_ == ZstdCodec::kZstd) return DecompressContent(index, out);
+  const size_t extra = index == 0 ? kMagicSize : 0;
+  std::vector<std::byte> content(out.size() + extra);
+  KV_RETURN_IF_ERROR(DecompressContent(index, content));
+  if (index == 0) {
+    if (std::memcmp(content.data(), kBytePlaneMagic, kMagicSize) != 0) {
+      return Status::Corruption("zstd frame 0: byte-plane magic changed");
+    }
+    std::memcpy(out.data(), content.data() + kMagicSize, out.size());
+  } else {
+    MergeBytePlanes(content, out);
+  }
+  return Status::OK();
+}
+
+Status ZstdSeekableReader::Read(uint64_t offset, std::span<std::byte> out, int threads) const {
   if (offset > decompressed_size_ || out.size() > decompressed_size_ - offset) {
     return Status::InvalidArgument("zstd Read: range past the end of the content");
   }
-  const uint64_t end = offset + out.size();
-  std::vector<std::byte> scratch;
-  for (size_t i = 0; i < frames_.size() && offset < end; ++i) {
-    const Frame& f = frames_[i];
-    const uint64_t fend = f.decompressed_offset + f.decompressed_size;
-    if (fend <= offset) continue;
-    const uint64_t from = offset - f.decompressed_offset;
-    const uint64_t take = std::min<uint64_t>(fend, end) - offset;
-    std::byte* dst = out.data() + (offset - (end - out.size()));
-    if (from == 0 && take == f.decompressed_size) {
-      KV_RETURN_IF_ERROR(DecompressFrame(i, {dst, f.decompressed_size}));
-    } else {
-      scratch.resize(f.decompressed_size);
-      KV_RETURN_IF_ERROR(DecompressFrame(i, scratch));
-      std::memcpy(dst, scratch.data() + from, take);
-    }
-    offset += take;
+  const uint64_t begin = offset, end = offset + out.size();
+  // Frames overlapping [begin, end): first..last.
+  size_t first = 0;
+  while (first < frames_.size() &&
+         frames_[first].decompressed_offset + frames_[first].decompressed_size <= begin) {
+    ++first;
   }
-  return Status::OK();
+  size_t last = first;
+  while (last < frames_.size() && frames_[last].decompressed_offset < end) ++last;
+  return ParallelFor(last - first, threads, [&](size_t k) -> Status {
+    const size_t i = first + k;
+    const Frame& f = frames_[i];
+    const uint64_t from = std::max(begin, f.decompressed_offset);
+    const uint64_t to = std::min(end, f.decompressed_offset + f.decompressed_size);
+    if (from >= to) return Status::OK();  // an empty frame
+    std::byte* dst = out.data() + (from - begin);
+    if (from == f.decompressed_offset && to - from == f.decompressed_size) {
+      return ReadFrame(i, {dst, f.decompressed_size});
+    }
+    std::vector<std::byte> scratch(f.decompressed_size);
+    KV_RETURN_IF_ERROR(ReadFrame(i, scratch));
+    std::memcpy(dst, scratch.data() + (from - f.decompressed_offset), to - from);
+    return Status::OK();
+  });
 }
 
 Status ZstdSeekableReader::ReadAll(std::span<std::byte> out, int threads) const {
@@ -251,7 +329,7 @@ Status ZstdSeekableReader::ReadAll(std::span<std::byte> out, int threads) const 
   }
   return ParallelFor(frames_.size(), threads, [&](size_t i) {
     const Frame& f = frames_[i];
-    return DecompressFrame(i, out.subspan(f.decompressed_offset, f.decompressed_size));
+    return ReadFrame(i, out.subspan(f.decompressed_offset, f.decompressed_size));
   });
 }
 

@@ -10,7 +10,7 @@ namespace kvstore {
 
 namespace {
 
-constexpr size_t kNumOps = 5;
+constexpr size_t kNumOps = 6;
 
 size_t OpIndex(FaultInjectionEnv::Op op) { return static_cast<size_t>(op); }
 
@@ -26,6 +26,8 @@ std::string_view OpName(FaultInjectionEnv::Op op) {
       return "SyncDir";
     case FaultInjectionEnv::Op::kNewWritable:
       return "NewWritableFile";
+    case FaultInjectionEnv::Op::kWriteAt:
+      return "WriteAt";
   }
   return "?";
 }
@@ -38,6 +40,10 @@ class FaultWritableFile final : public WritableFile {
   Status Append(std::span<const std::byte> data) override {
     KV_RETURN_IF_ERROR(env_->MaybeFail(FaultInjectionEnv::Op::kAppend));
     return base_->Append(data);
+  }
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    KV_RETURN_IF_ERROR(env_->MaybeFail(FaultInjectionEnv::Op::kWriteAt));
+    return base_->WriteAt(offset, data);
   }
   Status Sync() override {
     KV_RETURN_IF_ERROR(env_->MaybeFail(FaultInjectionEnv::Op::kSync));

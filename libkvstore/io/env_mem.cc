@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -65,6 +66,15 @@ class MemWritableFile final : public WritableFile {
     std::lock_guard<std::mutex> guard(state_->mu);
     bytes_->insert(bytes_->end(), data.begin(), data.end());
     size_ += data.size();
+    return Status::OK();
+  }
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    KV_RETURN_IF_ERROR(CheckOpen("write"));
+    if (offset > size_ || data.size() > size_ - offset) {
+      return Status::InvalidArgument("write '" + path_ + "': range beyond the appended bytes");
+    }
+    std::lock_guard<std::mutex> guard(state_->mu);
+    std::copy(data.begin(), data.end(), bytes_->begin() + static_cast<ptrdiff_t>(offset));
     return Status::OK();
   }
   Status Sync() override { return CheckOpen("sync"); }

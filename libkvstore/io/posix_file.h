@@ -51,6 +51,8 @@ Result<std::shared_ptr<const ReadableFile>> OpenPosixReadable(const std::string&
 // in a user-space buffer of kPosixWriteBuffer bytes; an append that does not
 // fit is written straight through once the buffer is flushed.
 inline constexpr size_t kPosixWriteBuffer = size_t{1} << 20;
+// Writeback of written data is started (not awaited) every this many bytes.
+inline constexpr size_t kPosixWritebackChunk = size_t{8} << 20;
 Result<std::unique_ptr<WritableFile>> NewPosixWritable(const std::string& path);
 
 }  // namespace kvstore

@@ -13,13 +13,25 @@ namespace kvstore {
 Result<SafetensorsLayout> PlanSafetensors(std::span<const NamedArray> tensors,
                                           const Metadata& metadata,
                                           const SafetensorsWriteOptions& options) {
+  std::vector<TensorInfo> specs;
+  for (const NamedArray& t : tensors) {
+    if (!t.array.defined()) {
+      return Status::InvalidArgument("PlanSafetensors: tensor \"" + t.name + "\" is undefined");
+    }
+    specs.push_back(TensorInfo{t.name, t.array.dtype(), t.array.shape(), 0, 0});
+  }
+  return PlanSafetensors(std::span<const TensorInfo>(specs), metadata, options);
+}
+
+Result<SafetensorsLayout> PlanSafetensors(std::span<const TensorInfo> tensors, const Metadata& metadata,
+                                          const SafetensorsWriteOptions& options) {
   const size_t align = options.alignment;
   if (align == 0 || (align & (align - 1)) != 0 || align > (1u << 20)) {
     return Status::InvalidArgument("PlanSafetensors: alignment " + std::to_string(align) +
                                    " is not a power of two up to 1 MiB");
   }
   std::set<std::string_view> names;
-  for (const NamedArray& t : tensors) {
+  for (const TensorInfo& t : tensors) {
     if (t.name.empty()) return Status::InvalidArgument("PlanSafetensors: empty tensor name");
     if (t.name == "__metadata__") {
       return Status::InvalidArgument("PlanSafetensors: \"__metadata__\" is not a tensor name");
@@ -29,9 +41,6 @@ Result<SafetensorsLayout> PlanSafetensors(std::span<const NamedArray> tensors,
     }
     if (!names.insert(t.name).second) {
       return Status::InvalidArgument("PlanSafetensors: duplicate tensor name \"" + t.name + "\"");
-    }
-    if (!t.array.defined()) {
-      return Status::InvalidArgument("PlanSafetensors: tensor \"" + t.name + "\" is undefined");
     }
   }
   std::set<std::string_view> keys;
@@ -44,12 +53,12 @@ Result<SafetensorsLayout> PlanSafetensors(std::span<const NamedArray> tensors,
     }
   }
 
-  std::vector<const NamedArray*> order;
-  for (const NamedArray& t : tensors) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [&](const NamedArray* a, const NamedArray* b) {
+  std::vector<const TensorInfo*> order;
+  for (const TensorInfo& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [&](const TensorInfo* a, const TensorInfo* b) {
     if (options.data_order == SafetensorsWriteOptions::DataOrder::kAlignedBySize &&
-        a->array.itemsize() != b->array.itemsize()) {
-      return a->array.itemsize() > b->array.itemsize();
+        DTypeSize(a->dtype) != DTypeSize(b->dtype)) {
+      return DTypeSize(a->dtype) > DTypeSize(b->dtype);
     }
     return a->name < b->name;
   });
@@ -57,13 +66,13 @@ Result<SafetensorsLayout> PlanSafetensors(std::span<const NamedArray> tensors,
   SafetensorsLayout layout;
   Json header = Json::MakeObject();
   uint64_t pos = 0;
-  for (const NamedArray* t : order) {
+  for (const TensorInfo* t : order) {
     TensorInfo info;
     info.name = t->name;
-    info.dtype = t->array.dtype();
-    info.shape = t->array.shape();
+    info.dtype = t->dtype;
+    info.shape = t->shape;
     info.begin = pos;
-    info.end = pos + t->array.nbytes();
+    info.end = pos + static_cast<uint64_t>(ShapeNumel(t->shape)) * DTypeSize(t->dtype);
     pos = info.end;
     Json entry = Json::MakeObject();
     entry["dtype"] = Json(std::string(DTypeName(info.dtype)));

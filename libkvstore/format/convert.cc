@@ -1,0 +1,162 @@
+// ConvertPromptCacheFile (layer by layer through the writer) and
+// TranscodePromptCacheFile (container changes, byte for byte).
+#include <set>
+
+#include "kvstore/prompt_cache_file.h"
+#include "libkvstore/format/reader_impl.h"
+#include "libkvstore/format/tree.h"
+#include "libkvstore/format/writer.h"
+#include "libkvstore/util/ordered_pipeline.h"
+
+namespace kvstore {
+namespace {
+
+// The input tensors that `layer`'s state views unchanged (plain inputs).
+std::set<size_t> CopiedTensors(const PromptCacheReader::Impl& r, const Cache& layer) {
+  std::set<size_t> copied;
+  Result<CacheState> state = layer.State();
+  std::vector<NamedArray> flat;
+  if (!state.ok() || !FlattenState(*state, "", flat).ok()) return copied;
+  for (const NamedArray& t : flat) {
+    if (std::optional<size_t> i = r.ViewedTensor(t.array)) copied.insert(*i);
+  }
+  return copied;
+}
+
+}  // namespace
+
+Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string& out,
+                              const ConvertOptions& options) {
+  PromptCacheReader::Options open;
+  open.threads = options.threads;
+  open.prefetch = true;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(env, in, open));
+  const PromptCacheReader::Impl& r = reader->impl();
+  if (!reader->info().unsupported.empty()) return Status::NotSupported(in + ": " + reader->info().unsupported);
+  const bool check = options.verify_input && r.parsed.has_digests;
+  if (check) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
+
+  // Input bytes are checked once: compressed inputs when a layer is first
+  // decompressed; plain inputs as they are copied (expected_digest below),
+  // except the tensors a transform does not copy, checked when first read.
+  std::vector<bool> checked(reader->num_layers(), false);
+  LayerSource source = [&](size_t i) -> Result<std::shared_ptr<const Cache>> {
+    const bool check_now = check && !checked[i];
+    KV_ASSIGN_OR_RETURN(std::shared_ptr<Cache> layer, reader->ReadLayer(i, check_now && !r.plain));
+    std::shared_ptr<Cache> result = layer;
+    if (options.transform) {
+      Result<std::shared_ptr<Cache>> t = options.transform(i, layer);
+      if (!t.ok()) return t.status().WithPrefix("layer " + std::to_string(i));
+      result = std::move(t).value();
+    }
+    if (check_now && r.plain) {
+      const std::set<size_t> copied = CopiedTensors(r, *result);
+      std::vector<size_t> rest;
+      for (size_t t : r.parsed.layers[i].tensors) {
+        if (!copied.count(t)) rest.push_back(t);
+      }
+      if (!rest.empty()) {
+        KV_ASSIGN_OR_RETURN(std::vector<Array> arrays, r.Fetch(rest));
+        KV_RETURN_IF_ERROR(r.CheckTensors(rest, arrays));
+      }
+    }
+    checked[i] = true;
+    return std::shared_ptr<const Cache>(std::move(result));
+  };
+  WriterHooks hooks;
+  if (check && r.plain) {
+    hooks.expected_digest = [&](const Array& a) -> std::optional<ExpectedDigest> {
+      std::optional<size_t> i = r.ViewedTensor(a);
+      if (!i) return std::nullopt;
+      const std::string& name = r.header.tensors[*i].name;
+      auto it = r.digests.find(name);
+      if (it == r.digests.end()) return std::nullopt;
+      return ExpectedDigest{it->second, "tensor \"" + name + "\" of " + in};
+    };
+  }
+  SavePromptCacheOptions save = options.output;
+  if (save.threads == 0) save.threads = options.threads;
+  return SaveLayers(env, out, reader->num_layers(), source, reader->info().user_metadata, save, hooks);
+}
+
+// ---- Transcoding ----
+
+namespace {
+
+constexpr size_t kPlainChunk = size_t{16} << 20;
+
+// Emits the plain file's bytes to `out` or into a compressed container whose
+// first frame holds exactly the safetensors header.
+class PlainSink {
+ public:
+  PlainSink(WritableFile& file, const TranscodeOptions& options, uint64_t header_bytes, uint64_t total)
+      : file_(file), options_(options), header_bytes_(header_bytes), total_(total) {
+    if (options.compression_level) {
+      ZstdWriteOptions z;
+      z.level = *options.compression_level;
+      z.frame_size = options.frame_size;
+      z.threads = options.threads;
+      z.codec = options.codec;
+      writer_ = std::make_unique<ZstdSeekableWriter>(&file, z);
+    }
+  }
+
+  Status Emit(std::span<const std::byte> chunk) {
+    while (!chunk.empty()) {
+      // The header ends its frame exactly.
+      size_t take = chunk.size();
+      if (writer_ && done_ < header_bytes_) take = std::min<uint64_t>(take, header_bytes_ - done_);
+      KV_RETURN_IF_ERROR(writer_ ? writer_->Append(chunk.first(take)) : file_.Append(chunk.first(take)));
+      done_ += take;
+      if (writer_ && done_ == header_bytes_) KV_RETURN_IF_ERROR(writer_->EndFrame());
+      chunk = chunk.subspan(take);
+    }
+    if (options_.progress) options_.progress(done_, total_);
+    return Status::OK();
+  }
+
+  Status Finish() { return writer_ ? writer_->Finish() : Status::OK(); }
+
+ private:
+  WritableFile& file_;
+  const TranscodeOptions& options_;
+  const uint64_t header_bytes_, total_;
+  uint64_t done_ = 0;
+  std::unique_ptr<ZstdSeekableWriter> writer_;
+};
+
+}  // namespace
+
+Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::string& out,
+                                const TranscodeOptions& options) {
+  // Opening validates the header, the layout and (compressed) the seek table.
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(env, in));
+  const PromptCacheReader::Impl& r = reader->impl();
+  const uint64_t header_bytes = r.header.data_offset();
+  const uint64_t total = header_bytes + r.header.data_size;
+  const int threads = options.threads > 0 ? options.threads : DefaultThreads();
+  return WriteFileAtomic(env, out, [&](WritableFile& file) -> Status {
+    PlainSink sink(file, options, header_bytes, total);
+    if (r.plain) {
+      const std::span<const std::byte> bytes = r.file->data();
+      for (size_t at = 0; at < bytes.size(); at += kPlainChunk) {
+        const size_t n = std::min(kPlainChunk, bytes.size() - at);
+        r.file->WillRead(at, n);
+        KV_RETURN_IF_ERROR(sink.Emit(bytes.subspan(at, n)));
+      }
+    } else {
+      const ZstdSeekableReader& z = *r.zstd;
+      KV_RETURN_IF_ERROR(OrderedPipeline<std::vector<std::byte>>(
+          z.frames().size(), threads, static_cast<size_t>(threads) * 2,
+          [&](size_t i) -> Result<std::vector<std::byte>> {
+            std::vector<std::byte> plain(z.frames()[i].decompressed_size);
+            KV_RETURN_IF_ERROR(z.ReadFrame(i, plain).WithPrefix(in));
+            return plain;
+          },
+          [&](size_t, std::vector<std::byte>& plain) { return sink.Emit(plain); }));
+    }
+    return sink.Finish();
+  });
+}
+
+}  // namespace kvstore

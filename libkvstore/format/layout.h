@@ -1,0 +1,124 @@
+// Layouts of prompt-cache files (docs/format.md §5): how a safetensors
+// header's tensor names and metadata map to per-layer class names, states
+// and meta states, for mlx-lm (v1), its legacy "{i}_keys" format and
+// mlx-swift-lm; and the reverse mapping used when writing.
+//
+// Parsing reads only the header. Every layer is described in mlx-lm's shape
+// (the trees CacheFromState takes) whatever the file's layout, next to the
+// class name and meta state as stored (for inspection).
+#ifndef KVSTORE_LIBKVSTORE_FORMAT_LAYOUT_H_
+#define KVSTORE_LIBKVSTORE_FORMAT_LAYOUT_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstore/cache.h"
+#include "kvstore/prompt_cache_file.h"
+#include "kvstore/safetensors.h"
+#include "libkvstore/format/tree.h"
+
+namespace kvstore {
+
+// A state tree whose leaves are header tensor indices (or small arrays
+// carried in the metadata, e.g. mlx-swift-lm's left padding).
+struct TensorTree {
+  enum class Kind { kNone, kTensor, kValue, kList };
+  Kind kind = Kind::kList;
+  size_t tensor = 0;  // kTensor
+  Array value;        // kValue
+  std::vector<TensorTree> items;  // kList
+
+  static TensorTree Tensor(size_t index);
+  static TensorTree Value(Array value);
+  static TensorTree None();
+  // The CacheState with `arrays[i]` for tensor i.
+  CacheState Resolve(const std::vector<Array>& arrays) const;
+};
+
+struct ParsedLayer {
+  std::string class_name;    // the class to build (mlx-lm's spelling)
+  std::string stored_class;  // as written in the file
+  MetaState meta;            // in mlx-lm's shape
+  MetaState stored_meta;     // as written in the file
+  TensorTree state;          // in mlx-lm's shape
+  std::vector<size_t> tensors;  // every tensor of the layer (header indices)
+  std::vector<ParsedLayer> children;  // CacheList children
+  // Pre-2026-08 ArraysCache: `state` is the flat slot list.
+  bool legacy_arrays = false;
+  // mlx-swift-lm: a cache saved before its first update (no tensors); built
+  // from the meta state alone.
+  bool empty_state = false;
+  // mlx-swift-lm CacheList: built from `children` rather than from mlx-lm's
+  // nested state.
+  bool build_from_children = false;
+  // Set when the layer can be inspected but not loaded (a class only
+  // mlx-swift-lm has, an unknown class).
+  Status unsupported;
+};
+
+struct ParsedFile {
+  PromptCacheLayout layout = PromptCacheLayout::kMlxLm;
+  std::vector<ParsedLayer> layers;
+  Metadata user;  // kvstore_* keys excluded
+  bool has_digests = false;
+  // Set when the file can be inspected but not loaded (mlx-swift-lm model
+  // state, which kvstore cannot represent).
+  Status unsupported;
+};
+
+// Detects the layout and maps every layer. NotSupported names what was
+// found for layouts we recognise but cannot read (mlx-lm v2, other keys);
+// Corruption for inconsistent files, naming the layer and the rule.
+Result<ParsedFile> ParseLayout(const SafetensorsHeader& header);
+
+// Builds layer `layer` from its parsed description; `arrays` holds the
+// header's tensors (only this layer's need to be defined).
+Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const std::vector<Array>& arrays);
+
+// The offset the layer's cache has after load, from the header alone;
+// nullopt for classes without a scalar offset.
+std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header);
+
+// ---- mlx-swift-lm (layout_swift.cc) ----
+
+// The "0." and "2." metadata of a file as trees, and the class names.
+struct MetaTrees {
+  NameTree tree;                    // "0.*" and "2.*" keys
+  std::vector<std::string> values;  // indexed by NameTree::leaf
+  std::vector<std::string> classes;
+};
+
+// True when the file is laid out as mlx-swift-lm writes it (spec §14.10):
+// its KVCache/RotatingKVCache/QuantizedKVCache/ArraysCache/CacheList metas
+// have Swift's shapes, or a class only Swift has appears. Corruption when
+// some layers look like mlx-lm and others like mlx-swift-lm.
+Result<bool> IsSwiftLayout(const SafetensorsHeader& header, const MetaTrees& meta);
+
+// Maps a file detected as mlx-swift-lm into `out.layers`.
+Status ParseSwiftLayers(const SafetensorsHeader& header, const MetaTrees& meta, ParsedFile& out);
+
+// ---- Writing ----
+
+// One layer flattened for a file: tensor names and metadata keys carry the
+// layer index ("3.0", "0.3.1", "2.3").
+struct FlatLayer {
+  std::vector<NamedArray> tensors;
+  Metadata metadata;  // meta-state entries and the class-name entry
+};
+
+// mlx-lm's save_prompt_cache flattening of layer `index`. InvalidArgument
+// for a cache mlx-lm cannot save (empty, a None slot).
+Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index);
+// mlx-swift-lm's savePromptCache flattening of layer `index`. NotSupported
+// for classes mlx-swift-lm cannot load (the batch caches).
+Result<FlatLayer> FlattenLayerSwift(const Cache& cache, size_t index);
+
+// Checks a user-metadata key for `layout`: InvalidArgument when the key would
+// be misread by that layout's loader or is reserved.
+Status CheckUserKey(const std::string& key, PromptCacheLayout layout);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_FORMAT_LAYOUT_H_

@@ -1,0 +1,277 @@
+// PromptCacheReader: opens a plain or compressed prompt-cache file, parses
+// its header and layout, and builds layers on demand (docs/format.md §5-6).
+#include <algorithm>
+
+#include "kvstore/json.h"
+#include "libkvstore/format/digests.h"
+#include "libkvstore/format/reader_impl.h"
+#include "libkvstore/util/parallel.h"
+
+namespace kvstore {
+
+std::string_view LayoutName(PromptCacheLayout layout) {
+  switch (layout) {
+    case PromptCacheLayout::kMlxLm: return "mlx-lm";
+    case PromptCacheLayout::kMlxSwiftLm: return "mlx-swift-lm";
+    case PromptCacheLayout::kMlxLmLegacy: return "mlx-lm-legacy";
+  }
+  return "unknown";
+}
+
+bool IsKvstoreMetadataKey(std::string_view user_key) {
+  return user_key == kFormatKey || user_key == kTensorDigestsKey || user_key == kHeaderDigestKey;
+}
+
+namespace {
+
+// Plain bytes held in memory (a compressed file decompressed at open).
+class MemoryFile : public ReadableFile {
+ public:
+  MemoryFile(std::string path, std::shared_ptr<Storage> storage)
+      : ReadableFile(std::move(path)), storage_(std::move(storage)) {}
+  std::span<const std::byte> data() const override { return {storage_->data(), storage_->size()}; }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+};
+
+ZstdReadLimits LimitsFor(uint64_t compressed_size) {
+  // Declared sizes beyond a generous ratio are refused before allocating.
+  ZstdReadLimits limits;
+  limits.max_decompressed_size =
+      std::min<uint64_t>(limits.max_decompressed_size, compressed_size * 1024 + (uint64_t{1} << 20));
+  return limits;
+}
+
+Result<SafetensorsHeader> ReadCompressedHeader(const ZstdSeekableReader& z, const ParseLimits& limits) {
+  std::vector<std::byte> prefix(std::min<uint64_t>(8, z.decompressed_size()));
+  KV_RETURN_IF_ERROR(z.Read(0, prefix));
+  KV_ASSIGN_OR_RETURN(uint64_t n, ParseSafetensorsHeaderSize(prefix, z.decompressed_size(), limits));
+  prefix.resize(8 + n);
+  KV_RETURN_IF_ERROR(z.Read(0, prefix));
+  return ParseSafetensorsHeader(prefix, z.decompressed_size(), limits);
+}
+
+LayerInfo DescribeLayer(const ParsedLayer& layer, size_t index, const SafetensorsHeader& h) {
+  LayerInfo info;
+  info.index = index;
+  info.class_name = layer.stored_class;
+  info.meta_state = layer.stored_meta;
+  info.offset = OffsetAfterLoad(layer, h);
+  for (size_t t : layer.tensors) {
+    const TensorInfo& ti = h.tensors[t];
+    info.tensors.push_back(LayerTensor{ti.name, ti.dtype, ti.shape, ti.nbytes()});
+  }
+  for (size_t c = 0; c < layer.children.size(); ++c) info.children.push_back(DescribeLayer(layer.children[c], c, h));
+  if (!layer.unsupported.ok()) info.unsupported = std::string(layer.unsupported.message());
+  return info;
+}
+
+void ReadDigests(PromptCacheReader::Impl& r) {
+  auto tensors_json = r.header.FindMetadata(kTensorDigestsMetaKey);
+  auto header_hex = r.header.FindMetadata(kHeaderDigestMetaKey);
+  if (!tensors_json || !header_hex) return;
+  Result<std::map<std::string, Sha256Digest>> parsed = DigestsFromJson(*tensors_json);
+  std::optional<Sha256Digest> want = Sha256Digest::FromHex(*header_hex);
+  if (!parsed.ok() || !want) return;
+  r.digests = std::move(parsed).value();
+  r.digests_readable = true;
+  r.header_digest_ok = Sha256(std::string_view(CanonicalHeader(r.header.tensors, r.header.metadata))) == *want;
+}
+
+}  // namespace
+
+Status PromptCacheReader::Impl::CheckHeaderDigest() const {
+  if (!parsed.has_digests) return Status::FailedPrecondition(path + ": the file carries no digests to verify");
+  if (!digests_readable || !header_digest_ok) {
+    return Status::Corruption(path + ": integrity check failed for the header");
+  }
+  return Status::OK();
+}
+
+Result<std::vector<Array>> PromptCacheReader::Impl::Fetch(const std::vector<size_t>& indices) const {
+  std::vector<Array> arrays(header.tensors.size());
+  if (plain) {
+    for (size_t i : indices) {
+      if (prefetch) plain->file().WillRead(header.data_offset() + header.tensors[i].begin, header.tensors[i].nbytes());
+      KV_ASSIGN_OR_RETURN(arrays[i], plain->Tensor(header.tensors[i]));
+    }
+    return arrays;
+  }
+  // Runs of tensors adjacent in the data section are decompressed together.
+  std::vector<size_t> order = indices;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return header.tensors[a].begin < header.tensors[b].begin; });
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  for (size_t k = 0; k < order.size();) {
+    size_t end = k + 1;
+    while (end < order.size() && header.tensors[order[end]].begin == header.tensors[order[end - 1]].end) ++end;
+    const uint64_t begin = header.tensors[order[k]].begin;
+    const uint64_t bytes = header.tensors[order[end - 1]].end - begin;
+    std::shared_ptr<Storage> storage = Storage::AllocateUninitialized(bytes);
+    KV_RETURN_IF_ERROR(zstd->Read(header.data_offset() + begin, {storage->mutable_data(), bytes}, threads)
+                           .WithPrefix(path));
+    for (size_t j = k; j < end; ++j) {
+      const TensorInfo& t = header.tensors[order[j]];
+      const uint64_t at = t.begin - begin;
+      arrays[order[j]] = at % DTypeSize(t.dtype) == 0
+                             ? Array::FromStorage(t.dtype, t.shape, storage, at)
+                             : Array::FromBytes(t.dtype, t.shape, {storage->data() + at, t.nbytes()});
+    }
+    k = end;
+  }
+  return arrays;
+}
+
+Status PromptCacheReader::Impl::CheckTensors(const std::vector<size_t>& indices,
+                                             const std::vector<Array>& arrays) const {
+  std::vector<int> bad(indices.size(), 0);
+  KV_RETURN_IF_ERROR(ParallelFor(indices.size(), threads, [&](size_t k) {
+    const size_t i = indices[k];
+    auto it = digests.find(header.tensors[i].name);
+    bad[k] = it == digests.end() || Sha256(arrays[i]) != it->second;
+    return Status::OK();
+  }));
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (bad[k]) {
+      return Status::Corruption(path + ": integrity check failed for tensor \"" + header.tensors[indices[k]].name + "\"");
+    }
+  }
+  return Status::OK();
+}
+
+std::optional<size_t> PromptCacheReader::Impl::ViewedTensor(const Array& a) const {
+  if (!plain || !a.defined() || !a.is_contiguous()) return std::nullopt;
+  const std::byte* base = plain->file().data().data();
+  const std::byte* p = a.data();
+  if (p < base + header.data_offset() || p >= base + plain->file().size()) return std::nullopt;
+  const uint64_t begin = static_cast<uint64_t>(p - base) - header.data_offset();
+  auto it = std::lower_bound(header.tensors.begin(), header.tensors.end(), begin,
+                             [](const TensorInfo& t, uint64_t b) { return t.begin < b; });
+  // Zero-size tensors share offsets: look at every tensor starting here.
+  for (; it != header.tensors.end() && it->begin == begin; ++it) {
+    if (it->dtype == a.dtype() && it->shape == a.shape()) return static_cast<size_t>(it - header.tensors.begin());
+  }
+  return std::nullopt;
+}
+
+PromptCacheReader::PromptCacheReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PromptCacheReader::~PromptCacheReader() = default;
+
+Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, const std::string& path,
+                                                                   const Options& options) {
+  auto r = std::make_unique<Impl>();
+  r->path = path;
+  r->threads = options.threads;
+  r->prefetch = options.prefetch;
+  KV_ASSIGN_OR_RETURN(r->file, env->OpenReadable(path));
+  r->info.file_bytes = r->file->size();
+  if (!IsZstdFrame(r->file->data())) {
+    Result<std::shared_ptr<const SafetensorsFile>> st = SafetensorsFile::FromReadable(r->file, options.limits);
+    if (!st.ok()) return st.status().WithPrefix(path);
+    r->plain = *st;
+  } else {
+    Result<ZstdSeekableReader> z = ZstdSeekableReader::Open(r->file->data(), LimitsFor(r->file->size()));
+    if (!z.ok()) return z.status().WithPrefix(path);
+    r->info.compression =
+        CompressionInfo{std::string(ZstdCodecName(z->codec())), z->frames().size(), r->file->size()};
+    if (options.decompress_at_open) {
+      auto storage = Storage::AllocateUninitialized(z->decompressed_size());
+      KV_RETURN_IF_ERROR(z->ReadAll({storage->mutable_data(), storage->size()}, options.threads).WithPrefix(path));
+      Result<std::shared_ptr<const SafetensorsFile>> st =
+          SafetensorsFile::FromReadable(std::make_shared<MemoryFile>(path, storage), options.limits);
+      if (!st.ok()) return st.status().WithPrefix(path);
+      r->plain = *st;
+    } else {
+      Result<SafetensorsHeader> h = ReadCompressedHeader(*z, options.limits);
+      if (!h.ok()) return h.status().WithPrefix(path);
+      r->header = std::move(h).value();
+      r->zstd = std::move(z).value();
+    }
+  }
+  if (r->plain) r->header = r->plain->header();
+  Result<ParsedFile> parsed = ParseLayout(r->header);
+  if (!parsed.ok()) return parsed.status().WithPrefix(path);
+  r->parsed = std::move(parsed).value();
+  ReadDigests(*r);
+
+  PromptCacheInfo& info = r->info;
+  info.layout = r->parsed.layout;
+  info.tensor_bytes = r->header.data_size;
+  info.has_digests = r->parsed.has_digests;
+  info.user_metadata = r->parsed.user;
+  if (!r->parsed.unsupported.ok()) info.unsupported = std::string(r->parsed.unsupported.message());
+  for (size_t i = 0; i < r->parsed.layers.size(); ++i) info.layers.push_back(DescribeLayer(r->parsed.layers[i], i, r->header));
+  info.header = r->header;
+  return std::unique_ptr<PromptCacheReader>(new PromptCacheReader(std::move(r)));
+}
+
+const PromptCacheInfo& PromptCacheReader::info() const { return impl_->info; }
+size_t PromptCacheReader::num_layers() const { return impl_->parsed.layers.size(); }
+const std::string& PromptCacheReader::path() const { return impl_->path; }
+
+Result<std::shared_ptr<Cache>> PromptCacheReader::ReadLayer(size_t index, bool verify) const {
+  const Impl& r = *impl_;
+  const ParsedLayer& layer = r.parsed.layers[index];
+  const std::string where = r.path + ": layer " + std::to_string(index) + " (" + layer.stored_class + ")";
+  KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
+  if (!layer.unsupported.ok()) return layer.unsupported.WithPrefix(where);
+  if (verify) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
+  KV_ASSIGN_OR_RETURN(std::vector<Array> arrays, r.Fetch(layer.tensors));
+  if (verify) KV_RETURN_IF_ERROR(r.CheckTensors(layer.tensors, arrays));
+  Result<std::unique_ptr<Cache>> built = BuildLayer(layer, arrays);
+  if (!built.ok()) {
+    const Status& s = built.status();
+    // A state the class refuses is a malformed file, not a caller error.
+    if (s.code() == StatusCode::kInvalidArgument) return Status::Corruption(where + ": " + std::string(s.message()));
+    return s.WithPrefix(where);
+  }
+  return std::shared_ptr<Cache>(std::move(built).value());
+}
+
+Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& progress) const {
+  const Impl& r = *impl_;
+  VerifyReport report;
+  report.has_digests = r.parsed.has_digests;
+  if (!report.has_digests) return report;
+  if (!r.digests_readable || !r.header_digest_ok) report.mismatches.emplace_back("header");
+  if (!r.digests_readable) return report;
+  const auto& tensors = r.header.tensors;
+  const uint64_t total = r.header.data_size;
+  std::vector<int> bad(tensors.size(), 0);
+  // Batches of tensors keep memory bounded for compressed files and let the
+  // caller's progress callback run on this thread.
+  uint64_t done = 0;
+  const size_t batch = static_cast<size_t>(std::max(1, threads > 0 ? threads : DefaultThreads())) * 2;
+  for (size_t first = 0; first < tensors.size(); first += batch) {
+    const size_t last = std::min(tensors.size(), first + batch);
+    std::vector<size_t> indices;
+    for (size_t i = first; i < last; ++i) indices.push_back(i);
+    std::vector<Array> arrays;
+    if (r.plain) {
+      arrays.resize(tensors.size());
+    } else {
+      KV_ASSIGN_OR_RETURN(arrays, r.Fetch(indices));
+    }
+    KV_RETURN_IF_ERROR(ParallelFor(indices.size(), threads, [&](size_t k) {
+      const size_t i = indices[k];
+      auto it = r.digests.find(tensors[i].name);
+      if (r.plain) r.plain->file().WillRead(r.header.data_offset() + tensors[i].begin, tensors[i].nbytes());
+      const Sha256Digest got = r.plain ? Sha256(r.plain->TensorBytes(tensors[i])) : Sha256(arrays[i]);
+      bad[i] = it == r.digests.end() || it->second != got;
+      return Status::OK();
+    }));
+    for (size_t i : indices) done += tensors[i].nbytes();
+    if (progress) progress(done, total);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    report.bytes_hashed += tensors[i].nbytes();
+    if (bad[i]) report.mismatches.push_back(tensors[i].name);
+  }
+  for (const auto& [name, d] : r.digests) {
+    if (r.header.FindTensor(name) == nullptr) report.mismatches.push_back(name);
+  }
+  return report;
+}
+
+}  // namespace kvstore

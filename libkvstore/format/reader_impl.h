@@ -1,0 +1,54 @@
+// PromptCacheReader's state, shared with the conversion code (convert.cc),
+// which checks the bytes it copies against the input's stored digests.
+#ifndef KVSTORE_LIBKVSTORE_FORMAT_READER_IMPL_H_
+#define KVSTORE_LIBKVSTORE_FORMAT_READER_IMPL_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvstore/prompt_cache_file.h"
+#include "kvstore/sha256.h"
+#include "kvstore/zstd_seekable.h"
+#include "libkvstore/format/layout.h"
+
+namespace kvstore {
+
+struct PromptCacheReader::Impl {
+  std::string path;
+  int threads = 0;
+  bool prefetch = false;  // populate a plain file's pages before handing out views
+  std::shared_ptr<const ReadableFile> file;       // the bytes as stored
+  std::shared_ptr<const SafetensorsFile> plain;   // plain, or decompressed at open
+  std::optional<ZstdSeekableReader> zstd;         // compressed, read frame by frame
+  SafetensorsHeader header;
+  ParsedFile parsed;
+  PromptCacheInfo info;
+
+  // Stored digests (when the file has them).
+  std::map<std::string, Sha256Digest> digests;
+  bool header_digest_ok = false;   // the header digest is present and matches
+  bool digests_readable = false;   // both digest entries present and well formed
+
+  // The header's tensors `indices` (others left undefined), indexed like
+  // header.tensors. Plain files: views of the mapping (populated first when
+  // `prefetch`); compressed files: decompressed on all cores.
+  Result<std::vector<Array>> Fetch(const std::vector<size_t>& indices) const;
+
+  // Checks tensors against their stored digests (arrays as Fetch returned
+  // them). Corruption naming the first mismatching tensor.
+  Status CheckTensors(const std::vector<size_t>& indices, const std::vector<Array>& arrays) const;
+
+  // For a plain file: the index of the tensor whose bytes `a` views exactly
+  // (same storage, offset, dtype and shape, contiguous); nullopt otherwise.
+  std::optional<size_t> ViewedTensor(const Array& a) const;
+
+  // FailedPrecondition without digests, Corruption when the header digest
+  // does not match.
+  Status CheckHeaderDigest() const;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_FORMAT_READER_IMPL_H_

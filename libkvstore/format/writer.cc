@@ -1,0 +1,238 @@
+#include "libkvstore/format/writer.h"
+
+#include <map>
+
+#include "libkvstore/format/digests.h"
+#include "libkvstore/format/hash_pipeline.h"
+#include "libkvstore/format/layout.h"
+#include "libkvstore/util/parallel.h"
+
+namespace kvstore {
+namespace {
+
+constexpr char kFormatValue[] = "kvstore/1";
+// Bytes being hashed behind the writer at most (the arrays stay alive).
+constexpr uint64_t kMaxHashBacklog = uint64_t{256} << 20;
+constexpr uint64_t kProgressStep = uint64_t{4} << 20;
+
+// The most recently flattened layer, so that consecutive tensors of one
+// layer cost one call of the source.
+class LayerCursor {
+ public:
+  LayerCursor(const LayerSource& source, PromptCacheLayout layout) : source_(source), layout_(layout) {}
+
+  Result<const FlatLayer*> Get(size_t index) {
+    if (flat_ && index_ == index) return &*flat_;
+    flat_.reset();
+    Result<std::shared_ptr<const Cache>> cache = source_(index);
+    if (!cache.ok()) return cache.status();
+    if (*cache == nullptr) return Status::InvalidArgument("layer " + std::to_string(index) + " is null");
+    KV_ASSIGN_OR_RETURN(FlatLayer flat, layout_ == PromptCacheLayout::kMlxSwiftLm
+                                            ? FlattenLayerSwift(**cache, index)
+                                            : FlattenLayerMlxLm(**cache, index));
+    flat_ = std::move(flat);
+    index_ = index;
+    return &*flat_;
+  }
+
+ private:
+  const LayerSource& source_;
+  PromptCacheLayout layout_;
+  std::optional<FlatLayer> flat_;
+  size_t index_ = 0;
+};
+
+struct PlannedTensor {
+  size_t layer;
+  size_t slot;  // position in the layer's FlatLayer::tensors
+};
+
+// A WritableFile that compresses into a seekable zstd container; the first
+// Append (the safetensors header) gets a frame of its own.
+class ZstdFile : public WritableFile {
+ public:
+  ZstdFile(WritableFile* out, const ZstdWriteOptions& options) : writer_(out, options) {}
+  Status Append(std::span<const std::byte> data) override {
+    KV_RETURN_IF_ERROR(writer_.Append(data));
+    if (first_) {
+      first_ = false;
+      return writer_.EndFrame();
+    }
+    return Status::OK();
+  }
+  Status WriteAt(uint64_t, std::span<const std::byte>) override {
+    return Status::NotSupported("a compressed file cannot be patched");
+  }
+  Status Sync() override { return Status::OK(); }
+  Status Close() override { return writer_.Finish(); }
+  uint64_t size() const override { return writer_.uncompressed_bytes(); }
+
+ private:
+  ZstdSeekableWriter writer_;
+  bool first_ = true;
+};
+
+class Saver {
+ public:
+  Saver(size_t num_layers, const LayerSource& source, const SavePromptCacheOptions& options,
+        const WriterHooks& hooks)
+      : num_layers_(num_layers), options_(options), hooks_(hooks), cursor_(source, options.layout) {}
+
+  Status Plan(const Metadata& user_metadata);
+  Status Write(WritableFile& out);
+
+ private:
+  // Digests first: needed when the header cannot be patched afterwards.
+  bool DigestsFirst() const { return options_.integrity && options_.compression_level.has_value(); }
+  Status HashLayer(const FlatLayer& flat);
+  Status CheckExpected(const std::string& name, const Array& a, const Sha256Digest& got) const;
+  Result<SafetensorsLayout> Layout() const;
+  void Progress(uint64_t bytes);
+
+  const size_t num_layers_;
+  const SavePromptCacheOptions& options_;
+  const WriterHooks& hooks_;
+  LayerCursor cursor_;
+  std::vector<TensorInfo> specs_;
+  std::map<std::string, PlannedTensor> planned_;
+  Metadata metadata_;
+  std::map<std::string, Sha256Digest> digests_;
+  uint64_t total_bytes_ = 0, done_bytes_ = 0, reported_ = 0;
+};
+
+void Saver::Progress(uint64_t bytes) {
+  done_bytes_ += bytes;
+  if (options_.progress && (done_bytes_ - reported_ >= kProgressStep || done_bytes_ == total_bytes_)) {
+    reported_ = done_bytes_;
+    options_.progress(done_bytes_, total_bytes_);
+  }
+}
+
+Status Saver::CheckExpected(const std::string& name, const Array& a, const Sha256Digest& got) const {
+  if (!hooks_.expected_digest) return Status::OK();
+  std::optional<ExpectedDigest> want = hooks_.expected_digest(a);
+  if (want && want->digest != got) {
+    return Status::Corruption("integrity check failed for " + want->source + " (copied to \"" + name + "\")");
+  }
+  return Status::OK();
+}
+
+Status Saver::HashLayer(const FlatLayer& flat) {
+  std::vector<Sha256Digest> got(flat.tensors.size());
+  KV_RETURN_IF_ERROR(ParallelFor(flat.tensors.size(), options_.threads, [&](size_t k) {
+    got[k] = Sha256(flat.tensors[k].array);
+    return Status::OK();
+  }));
+  for (size_t k = 0; k < flat.tensors.size(); ++k) {
+    KV_RETURN_IF_ERROR(CheckExpected(flat.tensors[k].name, flat.tensors[k].array, got[k]));
+    digests_[flat.tensors[k].name] = got[k];
+    Progress(flat.tensors[k].array.nbytes());
+  }
+  return Status::OK();
+}
+
+Status Saver::Plan(const Metadata& user_metadata) {
+  for (size_t i = 0; i < num_layers_; ++i) {
+    KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(i));
+    for (size_t k = 0; k < flat->tensors.size(); ++k) {
+      const NamedArray& t = flat->tensors[k];
+      specs_.push_back(TensorInfo{t.name, t.array.dtype(), t.array.shape(), 0, 0});
+      planned_[t.name] = PlannedTensor{i, k};
+      total_bytes_ += t.array.nbytes();
+    }
+    metadata_.insert(metadata_.end(), flat->metadata.begin(), flat->metadata.end());
+  }
+  for (const auto& [k, v] : user_metadata) {
+    KV_RETURN_IF_ERROR(CheckUserKey(k, options_.layout));
+    metadata_.emplace_back("1." + k, v);
+  }
+  if (!options_.integrity) return Status::OK();
+  metadata_.emplace_back("1." + std::string(kFormatKey), kFormatValue);
+  const std::string canonical = CanonicalHeader(specs_, metadata_);
+  metadata_.emplace_back(std::string(kHeaderDigestMetaKey), Sha256(std::string_view(canonical)).ToHex());
+  if (DigestsFirst()) {
+    total_bytes_ *= 2;  // a hashing pass, then the write
+    for (size_t i = 0; i < num_layers_; ++i) {
+      KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(i));
+      KV_RETURN_IF_ERROR(HashLayer(*flat));
+    }
+  } else {
+    // Placeholders of the final length; the header is rewritten at the end.
+    for (const TensorInfo& t : specs_) digests_[t.name] = Sha256Digest();
+  }
+  return Status::OK();
+}
+
+Result<SafetensorsLayout> Saver::Layout() const {
+  Metadata metadata = metadata_;
+  if (options_.integrity) metadata.emplace_back(std::string(kTensorDigestsMetaKey), DigestsToJson(digests_));
+  SafetensorsWriteOptions write;
+  write.alignment = options_.alignment;
+  return PlanSafetensors(std::span<const TensorInfo>(specs_), metadata, write);
+}
+
+Status Saver::Write(WritableFile& out) {
+  KV_ASSIGN_OR_RETURN(SafetensorsLayout layout, Layout());
+  KV_RETURN_IF_ERROR(out.Append(std::as_bytes(std::span(layout.header_bytes))));
+  std::optional<HashPipeline> hasher;
+  if (options_.integrity && !DigestsFirst()) hasher.emplace(options_.threads, kMaxHashBacklog);
+  std::vector<std::optional<ExpectedDigest>> expected(layout.tensors.size());
+  for (size_t id = 0; id < layout.tensors.size(); ++id) {
+    const TensorInfo& info = layout.tensors[id];
+    const PlannedTensor& p = planned_.at(info.name);
+    KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(p.layer));
+    if (p.slot >= flat->tensors.size() || flat->tensors[p.slot].name != info.name ||
+        flat->tensors[p.slot].array.dtype() != info.dtype || flat->tensors[p.slot].array.shape() != info.shape) {
+      return Status::Internal("layer " + std::to_string(p.layer) + " changed between the passes of a save");
+    }
+    const Array& a = flat->tensors[p.slot].array;
+    if (hasher) {
+      if (hooks_.expected_digest) expected[id] = hooks_.expected_digest(a);
+      hasher->Submit(id, a);
+    }
+    Status status;
+    a.ForEachRun([&](std::span<const std::byte> run) {
+      if (status.ok()) status = out.Append(run);
+    });
+    KV_RETURN_IF_ERROR(status);
+    Progress(a.nbytes());
+  }
+  if (!hasher) return Status::OK();
+  const std::vector<Sha256Digest> got = hasher->Finish();
+  for (size_t id = 0; id < layout.tensors.size(); ++id) {
+    const std::string& name = layout.tensors[id].name;
+    if (expected[id] && expected[id]->digest != got[id]) {
+      return Status::Corruption("integrity check failed for " + expected[id]->source + " (copied to \"" + name + "\")");
+    }
+    digests_[name] = got[id];
+  }
+  KV_ASSIGN_OR_RETURN(SafetensorsLayout final_layout, Layout());
+  if (final_layout.header_bytes.size() != layout.header_bytes.size()) {
+    return Status::Internal("the header changed length when its digests were filled in");
+  }
+  return out.WriteAt(0, std::as_bytes(std::span(final_layout.header_bytes)));
+}
+
+}  // namespace
+
+Status SaveLayers(Env* env, const std::string& path, size_t num_layers, const LayerSource& source,
+                  const Metadata& user_metadata, const SavePromptCacheOptions& options, const WriterHooks& hooks) {
+  if (options.layout == PromptCacheLayout::kMlxLmLegacy) {
+    return Status::InvalidArgument("the legacy mlx-lm layout is read-only");
+  }
+  Saver saver(num_layers, source, options, hooks);
+  KV_RETURN_IF_ERROR(saver.Plan(user_metadata));
+  return WriteFileAtomic(env, path, [&](WritableFile& file) -> Status {
+    if (!options.compression_level) return saver.Write(file);
+    ZstdWriteOptions z;
+    z.level = *options.compression_level;
+    z.frame_size = options.frame_size;
+    z.threads = options.threads;
+    z.codec = options.codec;
+    ZstdFile compressed(&file, z);
+    KV_RETURN_IF_ERROR(saver.Write(compressed));
+    return compressed.Close();
+  });
+}
+
+}  // namespace kvstore

@@ -1,0 +1,42 @@
+// The prompt-cache writer behind SavePromptCache and ConvertPromptCacheFile
+// (docs/format.md §5.4-5.5).
+//
+// Two passes over the layers: the first flattens each layer to plan the
+// header (names, dtypes, shapes, metadata), the second writes the tensor data
+// in the file's data order, fetching each layer again from the source. A
+// plain file is hashed while it is written (on worker threads) and its
+// header, whose length does not depend on the digest values, is written last
+// into the space reserved for it. A compressed file needs its header first,
+// so there the digests are computed during the first pass.
+#ifndef KVSTORE_LIBKVSTORE_FORMAT_WRITER_H_
+#define KVSTORE_LIBKVSTORE_FORMAT_WRITER_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "kvstore/prompt_cache_file.h"
+#include "kvstore/sha256.h"
+
+namespace kvstore {
+
+// The digest a tensor's bytes must have because they are copied unchanged
+// from a file that stores it; `source` names that tensor for the error.
+struct ExpectedDigest {
+  Sha256Digest digest;
+  std::string source;
+};
+
+struct WriterHooks {
+  // Consulted for every tensor written; a mismatch fails the save with
+  // Corruption naming `source` (the output file is left untouched).
+  std::function<std::optional<ExpectedDigest>(const Array&)> expected_digest;
+};
+
+Status SaveLayers(Env* env, const std::string& path, size_t num_layers, const LayerSource& source,
+                  const Metadata& user_metadata, const SavePromptCacheOptions& options,
+                  const WriterHooks& hooks = {});
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_FORMAT_WRITER_H_
