@@ -8,7 +8,7 @@
 #include "kvstore/kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "kvstore/sha256.h"
-#include "testutil.h"
+#include "prompt_cache_testutil.h"
 
 namespace kvstore {
 namespace {
@@ -22,25 +22,8 @@ Json MetaToJson(const MetaState& m) {
   return out;
 }
 
-// "key" -> sha256 of every array in a state tree (keys relative to the layer).
-void Digests(const CacheState& s, const std::string& prefix, std::map<std::string, std::string>& out) {
-  if (s.is_array()) {
-    out[prefix] = Sha256(s.array()).ToHex();
-  } else if (s.is_list()) {
-    for (size_t i = 0; i < s.size(); ++i) {
-      Digests(s[i], prefix.empty() ? std::to_string(i) : prefix + "." + std::to_string(i), out);
-    }
-  }
-}
-
-std::vector<std::string> Fixtures() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(testing::FixturePath("mlx-lm"))) {
-    if (e.path().extension() == ".safetensors") out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using ::kvstore::testing::MlxLmFixtures;
+using ::kvstore::testing::SmallCache;
 
 Json Sidecar(const std::string& path) {
   return Json::Parse(testing::ReadFileString(path.substr(0, path.size() - 12) + ".json")).value();
@@ -61,7 +44,7 @@ void ExpectMatchesReload(const PromptCache& cache, const Json& reload, const std
     }
     ASSERT_OK_AND_ASSIGN(CacheState state, cache[i]->State());
     std::map<std::string, std::string> got;
-    Digests(state, "", got);
+    testing::StateDigests(state, "", got);
     for (const Json& t : want.Find("state")->as_array()) {
       const std::string key = t.Find("key")->as_string();
       ASSERT_TRUE(got.count(key)) << key;
@@ -71,7 +54,7 @@ void ExpectMatchesReload(const PromptCache& cache, const Json& reload, const std
 }
 
 TEST(PromptCacheFileTest, LoadsEveryMlxLmFixtureAsMlxLmDid) {
-  for (const std::string& path : Fixtures()) {
+  for (const std::string& path : MlxLmFixtures()) {
     SCOPED_TRACE(path);
     const Json sidecar = Sidecar(path);
     const Json& reload = *sidecar.Find("reload");
@@ -88,7 +71,7 @@ TEST(PromptCacheFileTest, LoadsEveryMlxLmFixtureAsMlxLmDid) {
 
 TEST(PromptCacheFileTest, RoundTripsEveryFixtureWithAndWithoutCompression) {
   testing::TempDir dir;
-  for (const std::string& path : Fixtures()) {
+  for (const std::string& path : MlxLmFixtures()) {
     SCOPED_TRACE(path);
     const Json sidecar = Sidecar(path);
     const Json& reload = *sidecar.Find("reload");
@@ -139,16 +122,6 @@ TEST(PromptCacheFileTest, InfoReadsOnlyTheHeader) {
   EXPECT_FALSE(info.compression.has_value());
 }
 
-PromptCache SmallCache() {
-  auto kv = std::make_shared<KVCache>();
-  Array k = testing::RandomArray(DType::kF16, {1, 2, 5, 8}, 1);
-  Array v = testing::RandomArray(DType::kF16, {1, 2, 5, 8}, 2);
-  EXPECT_OK(kv->UpdateAndFetch(k, v));
-  auto rot = std::make_shared<RotatingKVCache>(4, 1);
-  EXPECT_OK(rot->UpdateAndFetch(k, v));
-  return {kv, rot};
-}
-
 TEST(PromptCacheFileTest, EveryFlippedByteFailsVerifiedLoad) {
   std::unique_ptr<Env> env = NewMemEnv();
   ASSERT_OK(SavePromptCache(env.get(), "/f.safetensors", SmallCache(), {{"model", "m"}}));
@@ -172,7 +145,8 @@ TEST(PromptCacheFileTest, FailedWritesLeaveTheOldFile) {
   ASSERT_OK(SavePromptCache(&env, "/d/f.safetensors", SmallCache(), {}));
   ASSERT_OK_AND_ASSIGN(auto before, env.OpenReadable("/d/f.safetensors"));
   const std::vector<std::byte> old(before->data().begin(), before->data().end());
-  for (auto op : {FaultInjectionEnv::Op::kAppend, FaultInjectionEnv::Op::kSync, FaultInjectionEnv::Op::kRename}) {
+  for (auto op : {FaultInjectionEnv::Op::kAppend, FaultInjectionEnv::Op::kWriteAt, FaultInjectionEnv::Op::kSync,
+                  FaultInjectionEnv::Op::kRename}) {
     env.Reset();
     env.FailNth(op, 1, Status::IOError("injected ENOSPC"));
     PromptCache other = SmallCache();
@@ -200,7 +174,7 @@ TEST(PromptCacheFileTest, HostileLayoutsGetClearErrors) {
   };
   Array k = Array::Zeros(DType::kF16, {1, 1, 2, 4});
   write({{"0.0", k}, {"0.1", k}}, {{"2.0", "NoSuchCache"}, {"0.0", ""}});
-  EXPECT_THAT(LoadPromptCache(env.get(), "/h"), HasCode(StatusCode::kNotFound, "NoSuchCache"));
+  EXPECT_THAT(LoadPromptCache(env.get(), "/h"), HasCode(StatusCode::kNotSupported, "NoSuchCache"));
   write({{"0.0", k}, {"0.1", k}}, {{"2.0", "RotatingKVCache"}, {"0.0.0", "x"}, {"0.0.1", "4"}, {"0.0.2", "2"}, {"0.0.3", "2"}});
   EXPECT_THAT(LoadPromptCache(env.get(), "/h"), HasCode(StatusCode::kCorruption, "not an integer"));
   write({{"0.0", k}}, {{"2.0", "KVCache"}, {"0.0", ""}});

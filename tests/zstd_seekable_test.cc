@@ -4,6 +4,8 @@
 #include <fstream>
 #include <random>
 
+#include "kvstore/safetensors.h"
+#include "libkvstore/codec/byte_plane.h"
 #include "testutil.h"
 
 namespace kvstore {
@@ -82,7 +84,9 @@ TEST(ZstdSeekableTest, ZstdCommandLineDecompressesToTheOriginal) {
 }
 
 TEST(ZstdSeekableTest, EveryCorruptionIsAnError) {
-  const auto packed = Compress(Content(50, 5), Content(5000, 6), ZstdWriteOptions{3, 1024, 2});
+ for (ZstdCodec codec : {ZstdCodec::kZstd, ZstdCodec::kBytePlane}) {
+  SCOPED_TRACE(ZstdCodecName(codec));
+  const auto packed = Compress(Content(50, 5), Content(5000, 6), ZstdWriteOptions{3, 1024, 2, codec});
   // Flip each byte: open or decompression must fail, never return other bytes.
   std::vector<std::byte> expect;
   {
@@ -110,6 +114,7 @@ TEST(ZstdSeekableTest, EveryCorruptionIsAnError) {
       EXPECT_FALSE(r->ReadAll(out).ok()) << n;
     }
   }
+ }
 }
 
 TEST(ZstdSeekableTest, DeclaredSizesAreCappedBeforeAllocation) {
@@ -122,6 +127,70 @@ TEST(ZstdSeekableTest, DeclaredSizesAreCappedBeforeAllocation) {
   EXPECT_THAT(ZstdSeekableReader::Open(packed, total), HasCode(StatusCode::kResourceExhausted, "total"));
   std::vector<std::byte> not_seekable = Content(100, 9);
   EXPECT_THAT(ZstdSeekableReader::Open(not_seekable), HasCode(StatusCode::kCorruption, "footer"));
+}
+
+TEST(BytePlaneTest, SplitsEvenThenOddBytesAndMergesBack) {
+  const std::string in = "ABCDEFG";
+  std::vector<std::byte> planes(in.size()), back(in.size());
+  SplitBytePlanes(std::as_bytes(std::span(in)), planes);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(planes.data()), planes.size()), "ACEGBDF");
+  MergeBytePlanes(planes, back);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(back.data()), back.size()), in);
+  // Every length around the vector width, so both the SIMD and scalar paths run.
+  for (size_t n = 0; n < 200; ++n) {
+    const auto data = Content(n, static_cast<uint32_t>(n));
+    std::vector<std::byte> p(n), m(n);
+    SplitBytePlanes(data, p);
+    for (size_t i = 0; i < n / 2; ++i) {
+      ASSERT_EQ(p[i], data[2 * i]) << n;
+      ASSERT_EQ(p[n - n / 2 + i], data[2 * i + 1]) << n;
+    }
+    MergeBytePlanes(p, m);
+    ASSERT_EQ(m, data) << n;
+  }
+}
+
+TEST(BytePlaneTest, ContainerReadsBackTheOriginal) {
+  const auto header = Content(300, 21);
+  const auto body = Content(700'001, 22);  // odd: the last frame has an odd length
+  ZstdWriteOptions options;
+  options.frame_size = 64 * 1024;
+  options.codec = ZstdCodec::kBytePlane;
+  const auto packed = Compress(header, body, options);
+  ASSERT_OK_AND_ASSIGN(ZstdSeekableReader r, ZstdSeekableReader::Open(packed));
+  EXPECT_EQ(r.codec(), ZstdCodec::kBytePlane);
+  ASSERT_EQ(r.decompressed_size(), header.size() + body.size());
+  EXPECT_EQ(r.frames()[0].decompressed_size, header.size());
+  std::vector<std::byte> all(r.decompressed_size());
+  ASSERT_OK(r.ReadAll(all));
+  EXPECT_TRUE(std::equal(header.begin(), header.end(), all.begin()));
+  EXPECT_TRUE(std::equal(body.begin(), body.end(), all.begin() + header.size()));
+  for (auto [off, len] : {std::pair<uint64_t, size_t>{0, 300}, {1, 1}, {299, 2}, {65'000, 70'000}, {700'000, 301}}) {
+    std::vector<std::byte> part(len);
+    ASSERT_OK(r.Read(off, part, 2));
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + off)) << off;
+  }
+}
+
+// `zstd -d` on a byte-plane file yields the magic first: no safetensors
+// reader takes that for a header length.
+TEST(BytePlaneTest, ZstdCommandLineOutputIsRefusedBySafetensorsReaders) {
+  if (std::system("zstd --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "zstd not installed";
+  testing::TempDir dir;
+  const auto header = Content(100, 23);
+  ZstdWriteOptions options;
+  options.codec = ZstdCodec::kBytePlane;
+  const auto packed = Compress(header, Content(1000, 24), options);
+  {
+    std::ofstream out(dir.Join("f.zst"), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(packed.data()), static_cast<std::streamsize>(packed.size()));
+  }
+  const std::string cmd = "zstd -q -d -f " + dir.Join("f.zst") + " -o " + dir.Join("f");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const auto plain = testing::ReadFileBytes(dir.Join("f"));
+  ASSERT_GE(plain.size(), 8u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(plain.data()), 8), std::string("KVBP\x01\x02\0\0", 8));
+  EXPECT_THAT(ParseSafetensors(plain), HasCode(StatusCode::kResourceExhausted, "H2"));
 }
 
 }  // namespace

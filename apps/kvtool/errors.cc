@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <iostream>
 
 #include "apps/kvtool/kvtool.h"
 
@@ -38,6 +39,16 @@ std::string HumanBytes(uint64_t bytes) {
   if (u == 0) std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
   else std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
   return buf;
+}
+
+}  // namespace kvtool
+
+namespace kvtool {
+
+void PrintJson(const kvstore::Json& value) {
+  kvstore::Json::DumpOptions pretty;
+  pretty.indent = 2;
+  std::cout << value.Dump(pretty) << "\n";
 }
 
 }  // namespace kvtool

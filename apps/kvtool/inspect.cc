@@ -2,7 +2,6 @@
 // holds, from its header alone (and, for a compressed file, its header frame).
 #include <cstdio>
 #include <functional>
-#include <iostream>
 
 #include "apps/kvtool/kvtool.h"
 
@@ -129,16 +128,9 @@ int RunInspect(const InspectArgs& a) {
     for (const LayerInfo& l : info->layers) layers.Push(LayerJson(l));
     out["layers"] = std::move(layers);
     if (!info->unsupported.empty()) out["unsupported"] = Json(info->unsupported);
-    Json::DumpOptions pretty;
-    pretty.indent = 2;
-    std::cout << out.Dump(pretty) << "\n";
+    PrintJson(out);
   } else {
-    int64_t tokens = -1;
-    std::function<void(const LayerInfo&)> scan = [&](const LayerInfo& l) {
-      tokens = std::max<int64_t>(tokens, l.offset.value_or(-1));
-      for (const LayerInfo& c : l.children) scan(c);
-    };
-    for (const LayerInfo& l : info->layers) scan(l);
+    const int64_t tokens = info->tokens().value_or(-1);
     std::string integrity = !info->has_digests ? "none" : !verified ? "sha256 (not checked)"
                             : *verified      ? "sha256 verified" : "sha256 MISMATCH";
     std::string ratio;

@@ -35,12 +35,8 @@ int Fail(int code, std::string_view message);
 // "1.5 MiB"
 std::string HumanBytes(uint64_t bytes);
 
-// Writes `cache` to `out` atomically, keeping the input's compression unless
-// told otherwise (used by convert and trim).
-struct OutputForm {
-  std::optional<int> compression_level;
-  bool integrity = true;
-};
+// Prints `value` to stdout, indented by 2, and a newline (--json output).
+void PrintJson(const kvstore::Json& value);
 
 // A subcommand registers its options on `app` and returns the function that
 // runs it (called only when the subcommand was selected).
@@ -49,6 +45,8 @@ Runner RegisterInspect(CLI::App& app);
 Runner RegisterVerify(CLI::App& app);
 Runner RegisterConvert(CLI::App& app);
 Runner RegisterTrim(CLI::App& app);
+Runner RegisterDiff(CLI::App& app);
+Runner RegisterLs(CLI::App& app);
 
 }  // namespace kvtool
 

@@ -8,11 +8,12 @@
 #include "apps/kvtool/kvtool.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvtool: inspect, verify, trim and convert LLM KV-cache files"};
+  CLI::App app{"kvtool: inspect, verify, trim, convert, diff and list LLM KV-cache files"};
   app.set_version_flag("--version", std::string("kvtool ") + KVSTORE_VERSION);
   app.require_subcommand(1, 1);
   std::vector<kvtool::Runner> runners = {kvtool::RegisterInspect(app), kvtool::RegisterVerify(app),
-                                         kvtool::RegisterConvert(app), kvtool::RegisterTrim(app)};
+                                         kvtool::RegisterConvert(app), kvtool::RegisterTrim(app),
+                                         kvtool::RegisterDiff(app),    kvtool::RegisterLs(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -24,9 +24,7 @@ int RunTrim(const TrimArgs& a) {
   if (!info.ok()) return Fail(info.status());
   int64_t n = a.n.value_or(0);
   if (a.keep) {
-    int64_t tokens = 0;
-    for (const auto& l : info->layers) tokens = std::max(tokens, l.offset.value_or(0));
-    n = std::max<int64_t>(0, tokens - *a.keep);
+    n = std::max<int64_t>(0, info->tokens().value_or(0) - *a.keep);
   }
   std::optional<int64_t> trimmed;
   kvstore::ConvertOptions c;

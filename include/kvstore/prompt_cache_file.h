@@ -96,8 +96,8 @@ Status SavePromptCache(Env* env, const std::string& path, size_t num_layers, con
                        const Metadata& user_metadata, const SavePromptCacheOptions& options = {});
 
 // Loads a prompt cache. Corruption for malformed files (naming the rule),
-// NotSupported for a layout we recognise but cannot read (e.g. mlx-lm's v2),
-// NotFound for an unknown class name.
+// NotSupported for what we recognise but cannot read (mlx-lm's v2 layout, an
+// unknown class name, mlx-swift-lm model state), NotFound for a missing file.
 Result<LoadedPromptCache> LoadPromptCache(Env* env, const std::string& path,
                                           const LoadPromptCacheOptions& options = {});
 
@@ -136,6 +136,10 @@ struct PromptCacheInfo {
   std::vector<LayerInfo> layers;
   std::string unsupported;  // why the file cannot be loaded; empty when it can
   SafetensorsHeader header;  // of the (decompressed) safetensors file
+
+  // The largest offset of any layer or CacheList child: the tokens the
+  // cache holds. nullopt when no layer has an offset.
+  std::optional<int64_t> tokens() const;
 };
 
 Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,

@@ -262,7 +262,7 @@ Result<ParsedLayer> ParseSwiftLayer(const SwiftInput& in, const std::string& cls
     layer.unsupported = Status::NotSupported("TurboQuantKVCache (mlx-swift-lm only) is not supported");
   } else {
     layer.meta = layer.stored_meta;
-    layer.unsupported = Status::NotFound("unknown cache class \"" + cls + "\"");
+    layer.unsupported = Status::NotSupported("unknown cache class \"" + cls + "\"");
   }
   return layer;
 }
@@ -314,7 +314,7 @@ Status ParseSwiftLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
                               std::to_string(layers) + " class names");
   }
   // Tensors are exactly "i.j" with j = 0..n-1 per layer.
-  std::vector<std::vector<int64_t>> slots(layers);
+  std::vector<std::vector<std::pair<int64_t, size_t>>> slots(layers);  // (j, tensor index)
   for (size_t k = 0; k < h.tensors.size(); ++k) {
     const std::string& name = h.tensors[k].name;
     if (name.starts_with(kSwiftStateTensorPrefix)) continue;
@@ -322,18 +322,19 @@ Status ParseSwiftLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
     std::optional<int64_t> i = dot == std::string::npos ? std::nullopt : ParseInt(std::string_view(name).substr(0, dot));
     std::optional<int64_t> j = dot == std::string::npos ? std::nullopt : ParseInt(std::string_view(name).substr(dot + 1));
     if (!i || !j || *i < 0 || *j < 0 || static_cast<size_t>(*i) >= layers ||
-        static_cast<size_t>(*j) >= h.tensors.size() || name != std::to_string(*i) + "." + std::to_string(*j)) {
+        name != std::to_string(*i) + "." + std::to_string(*j)) {
       return Status::Corruption("mlx-swift-lm: tensor name \"" + name + "\" is not <layer>.<index>");
     }
-    auto& s = slots[static_cast<size_t>(*i)];
-    if (s.size() <= static_cast<size_t>(*j)) s.resize(static_cast<size_t>(*j) + 1, -1);
-    s[static_cast<size_t>(*j)] = static_cast<int64_t>(k);
+    slots[static_cast<size_t>(*i)].emplace_back(*j, k);
   }
   for (size_t i = 0; i < layers; ++i) {
+    std::sort(slots[i].begin(), slots[i].end());
     std::vector<size_t> tensors;
     for (size_t j = 0; j < slots[i].size(); ++j) {
-      if (slots[i][j] < 0) return Bad(i, "tensor " + std::to_string(i) + "." + std::to_string(j) + " is missing");
-      tensors.push_back(static_cast<size_t>(slots[i][j]));
+      if (slots[i][j].first != static_cast<int64_t>(j)) {
+        return Bad(i, "tensor " + std::to_string(i) + "." + std::to_string(j) + " is missing");
+      }
+      tensors.push_back(slots[i][j].second);
     }
     KV_ASSIGN_OR_RETURN(ParsedLayer layer, ParseSwiftLayer(SwiftInput{&h, i}, meta.classes[i], metas[i], tensors, 0));
     out.layers.push_back(std::move(layer));

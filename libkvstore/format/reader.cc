@@ -1,6 +1,7 @@
 // PromptCacheReader: opens a plain or compressed prompt-cache file, parses
 // its header and layout, and builds layers on demand (docs/format.md §5-6).
 #include <algorithm>
+#include <functional>
 
 #include "kvstore/json.h"
 #include "libkvstore/format/digests.h"
@@ -155,6 +156,16 @@ std::optional<size_t> PromptCacheReader::Impl::ViewedTensor(const Array& a) cons
   return std::nullopt;
 }
 
+std::optional<int64_t> PromptCacheInfo::tokens() const {
+  std::optional<int64_t> best;
+  std::function<void(const LayerInfo&)> scan = [&](const LayerInfo& l) {
+    if (l.offset && (!best || *l.offset > *best)) best = l.offset;
+    for (const LayerInfo& c : l.children) scan(c);
+  };
+  for (const LayerInfo& l : layers) scan(l);
+  return best;
+}
+
 PromptCacheReader::PromptCacheReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PromptCacheReader::~PromptCacheReader() = default;
 
@@ -215,15 +226,19 @@ Result<std::shared_ptr<Cache>> PromptCacheReader::ReadLayer(size_t index, bool v
   const ParsedLayer& layer = r.parsed.layers[index];
   const std::string where = r.path + ": layer " + std::to_string(index) + " (" + layer.stored_class + ")";
   KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
-  if (!layer.unsupported.ok()) return layer.unsupported.WithPrefix(where);
+  if (!layer.unsupported.ok()) {
+    return Status::NotSupported(where + ": " + std::string(layer.unsupported.message()));
+  }
   if (verify) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
   KV_ASSIGN_OR_RETURN(std::vector<Array> arrays, r.Fetch(layer.tensors));
   if (verify) KV_RETURN_IF_ERROR(r.CheckTensors(layer.tensors, arrays));
   Result<std::unique_ptr<Cache>> built = BuildLayer(layer, arrays);
   if (!built.ok()) {
     const Status& s = built.status();
-    // A state the class refuses is a malformed file, not a caller error.
+    // A state the class refuses is a malformed file, not a caller error; a
+    // class we do not know is a file we cannot read.
     if (s.code() == StatusCode::kInvalidArgument) return Status::Corruption(where + ": " + std::string(s.message()));
+    if (s.code() == StatusCode::kNotFound) return Status::NotSupported(where + ": " + std::string(s.message()));
     return s.WithPrefix(where);
   }
   return std::shared_ptr<Cache>(std::move(built).value());

@@ -174,8 +174,12 @@ Result<SafetensorsLayout> Saver::Layout() const {
 Status Saver::Write(WritableFile& out) {
   KV_ASSIGN_OR_RETURN(SafetensorsLayout layout, Layout());
   KV_RETURN_IF_ERROR(out.Append(std::as_bytes(std::span(layout.header_bytes))));
+  // Hashing while writing serves the digests of a plain file and the check
+  // of bytes copied from a file with digests.
   std::optional<HashPipeline> hasher;
-  if (options_.integrity && !DigestsFirst()) hasher.emplace(options_.threads, kMaxHashBacklog);
+  if (!DigestsFirst() && (options_.integrity || hooks_.expected_digest)) {
+    hasher.emplace(options_.threads, kMaxHashBacklog);
+  }
   std::vector<std::optional<ExpectedDigest>> expected(layout.tensors.size());
   for (size_t id = 0; id < layout.tensors.size(); ++id) {
     const TensorInfo& info = layout.tensors[id];
@@ -206,6 +210,7 @@ Status Saver::Write(WritableFile& out) {
     }
     digests_[name] = got[id];
   }
+  if (!options_.integrity) return Status::OK();
   KV_ASSIGN_OR_RETURN(SafetensorsLayout final_layout, Layout());
   if (final_layout.header_bytes.size() != layout.header_bytes.size()) {
     return Status::Internal("the header changed length when its digests were filled in");
