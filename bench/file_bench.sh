@@ -1,63 +1,116 @@
 #!/usr/bin/env bash
 # File-level throughput of kvtool against the reference tools on the same
 # bytes, in one run (docs/performance.md):
-#   cp (plain save), openssl dgst -sha256 (verify), zstd -T0 -3 (compress), zstd -d.
+#   cp / cp + sync (plain save), openssl dgst -sha256 (verify),
+#   zstd -T0 -3 (compress), zstd -d (decompress).
 #   bench/file_bench.sh [BUILD_DIR] [TOKENS=8192] [DIR=$TMPDIR]
-# TOKENS=8192 gives a 1 GiB cache (32 layers of [1, 8, T, 128] BF16 keys and values).
+# TOKENS=8192 gives a 1 GiB cache (32 layers of [1, 8, T, 128] BF16 keys and
+# values ~ N(0, 1)). Every command runs $RUNS times (default 3), alternating
+# with its reference; the best (minimum) wall time is reported, the median
+# next to it. Before each run the previous output is removed,
+# `kvstore_touch_memory` writes $TOUCH_GIB GiB (default 4; 0 = off, see
+# bench/touch_memory.cc) and `sync` flushes dirty pages, so every command
+# starts from the same state. On the 2-core development VM a run takes about
+# 20 minutes, most of it in the memory warm-up.
 set -euo pipefail
 build=${1:-build}
 tokens=${2:-8192}
 dir=$(mktemp -d "${3:-${TMPDIR:-/tmp}}/kvbench.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-kvtool=$build/apps/kvtool/kvtool
+runs=${RUNS:-3}
+touch_gib=${TOUCH_GIB:-4}
+kvtool=$(realpath "$build/apps/kvtool/kvtool")
 make=$build/bench/kvstore_make_cache
+toucher=$build/bench/kvstore_touch_memory
 
 now() { date +%s.%N; }
-# run NAME CMD... : wall seconds and peak RSS (KiB) of CMD
-run() {
-  local name=$1; shift
-  local t0 t1
+# once NAME OUTPUT CMD... : one timed run of CMD, "NAME seconds peak_rss_kib"
+once() {
+  local name=$1 output=$2; shift 2
+  rm -f "$output"
+  if ((touch_gib > 0)); then "$toucher" "$touch_gib"; fi
   sync
+  local t0 t1
   t0=$(now)
   /usr/bin/time -f "%M" -o "$dir/rss" "$@" > /dev/null 2>&1
   t1=$(now)
-  printf '%s %.3f %s\n' "$name" "$(echo "$t1 - $t0" | bc -l)" "$(cat "$dir/rss")"
+  printf '%s %.4f %s\n' "$name" "$(echo "$t1 - $t0" | bc -l)" "$(cat "$dir/rss")" >> "$dir/runs"
+}
+# pair NAME_A OUT_A "CMD A" NAME_B OUT_B "CMD B": $runs alternating runs of each.
+pair() {
+  for ((r = 0; r < runs; r++)); do
+    once "$1" "$2" bash -c "$3"
+    once "$4" "$5" bash -c "$6"
+  done
 }
 
 "$make" "$dir/in.safetensors" "$tokens"
 "$make" "$dir/small.safetensors" 128
 bytes=$(stat -c %s "$dir/in.safetensors")
-echo "file: $bytes bytes ($tokens tokens x 32 layers)"
-cat "$dir/in.safetensors" > /dev/null  # warm the page cache
+echo "file: $bytes bytes ($tokens tokens x 32 layers), $runs runs each: best (median)"
+cat "$dir/in.safetensors" > /dev/null  # page cache
+"$kvtool" convert "$dir/in.safetensors" -o "$dir/digests.safetensors" --integrity -q
+zstd -q -T0 -3 -f "$dir/in.safetensors" -o "$dir/ref.zst"
+"$kvtool" convert "$dir/in.safetensors" -o "$dir/c.safetensors" --compress=3 -q
+"$kvtool" convert "$dir/in.safetensors" -o "$dir/bp.safetensors" --compress=3 --codec byteplane -q
+k=$kvtool d=$dir
+: > "$dir/runs"
+pair cp "$d/o1" "cp $d/in.safetensors $d/o1" \
+     save "$d/o2" "$k convert $d/in.safetensors -o $d/o2 --integrity -q"
+pair cp_sync "$d/o1" "cp $d/in.safetensors $d/o1 && sync $d/o1" \
+     copy "$d/o2" "$k convert $d/in.safetensors -o $d/o2 -q"
+pair openssl "$d/none" "openssl dgst -sha256 $d/digests.safetensors" \
+     verify "$d/none" "$k verify -q $d/digests.safetensors"
+pair zstd "$d/o1" "zstd -q -T0 -3 -f $d/in.safetensors -o $d/o1" \
+     compress "$d/o2" "$k convert $d/in.safetensors -o $d/o2 --compress=3 -q"
+pair zstd_d "$d/o1" "zstd -q -d -f $d/ref.zst -o $d/o1" \
+     decompress "$d/o2" "$k convert $d/c.safetensors -o $d/o2 --decompress -q"
+pair byteplane "$d/o1" "$k convert $d/in.safetensors -o $d/o1 --compress=3 --codec byteplane -q" \
+     byteplane_d "$d/o2" "$k convert $d/bp.safetensors -o $d/o2 --decompress -q"
+pair trim "$d/o1" "$k trim $d/digests.safetensors -n 1024 -o $d/o1 -q" \
+     quantize "$d/o2" "$k convert $d/digests.safetensors -o $d/o2 --quantize 4 -q"
+pair swift "$d/o1" "$k convert $d/digests.safetensors -o $d/o1 --to mlx-swift-lm -q" \
+     compressed_trim "$d/o2" "$k trim $d/c.safetensors -n 1024 -o $d/o2 -q"
+pair inspect_big "$d/none" "$k inspect $d/in.safetensors" \
+     inspect_small "$d/none" "$k inspect $d/small.safetensors"
+pair inspect_compressed "$d/none" "$k inspect $d/c.safetensors" \
+     version "$d/none" "$k --version"
 
-{
-  run cp cp "$dir/in.safetensors" "$dir/cp.out"
-  run save "$kvtool" convert "$dir/in.safetensors" -o "$dir/save.out" --integrity -q
-  run openssl openssl dgst -sha256 "$dir/save.out"
-  run verify "$kvtool" verify -q "$dir/save.out"
-  run zstd zstd -q -T0 -3 -f "$dir/in.safetensors" -o "$dir/ref.zst"
-  run compress "$kvtool" convert "$dir/in.safetensors" -o "$dir/c.out" --compress=3 -q
-  run zstd_d zstd -q -d -f "$dir/ref.zst" -o "$dir/ref.plain"
-  run decompress "$kvtool" convert "$dir/c.out" -o "$dir/d.out" --decompress -q
-  run inspect_big "$kvtool" inspect "$dir/in.safetensors"
-  run inspect_small "$kvtool" inspect "$dir/small.safetensors"
-  run inspect_compressed "$kvtool" inspect "$dir/c.out"
-  run version "$kvtool" --version
-} | tee "$dir/results"
+# Best and median time, max RSS per command: "name best rss median".
+sort -k1,1 -k2,2n "$dir/runs" | awk '
+  { n[$1]++; t[$1, n[$1]] = $2; if ($3 > rss[$1]) rss[$1] = $3 }
+  END { for (c in n) printf "%s %.4f %d %.4f\n", c, t[c, 1], rss[c], t[c, int((n[c] + 1) / 2)] }' \
+  | sort > "$dir/results"
+cat "$dir/results"
+echo "(ratios below use the best times; with the medians instead:)"
+awk '{ m[$1] = $4 } END {
+  printf "  median save/cp %.2fx, save/cp+sync %.2fx, copy/cp %.2fx, verify %.2fx, compress %.2fx, decompress %.2fx\n",
+    m["cp"] / m["save"], m["cp_sync"] / m["save"], m["cp"] / m["copy"], m["openssl"] / m["verify"],
+    m["zstd"] / m["compress"], m["zstd_d"] / m["decompress"] }' "$dir/results"
 
-awk -v bytes="$bytes" -v zin="$(stat -c %s "$dir/c.out")" -v zref="$(stat -c %s "$dir/ref.zst")" -v zours="$(stat -c %s "$dir/c.out")" '
+awk -v bytes="$bytes" -v zref="$(stat -c %s "$dir/ref.zst")" -v zours="$(stat -c %s "$dir/c.safetensors")" \
+    -v zbp="$(stat -c %s "$dir/bp.safetensors")" -v zin="$(stat -c %s "$dir/c.safetensors")" '
   { t[$1] = $2; rss[$1] = $3 }
   END {
+    mib = 1048576
     printf "\nratios (higher is better for kvstore):\n"
-    printf "  save (convert --integrity) vs cp:          %.2fx  (goal >= 0.8)\n", t["cp"] / t["save"]
-    printf "  verify vs openssl dgst -sha256:            %.2fx  (goal >= 1.6)\n", t["openssl"] / t["verify"]
-    printf "  compress vs zstd -T0 -3:                   %.2fx  (goal >= 0.9)\n", t["zstd"] / t["compress"]
-    printf "  compressed size vs zstd -3:                %.3f   (goal within 2%%)\n", zours / zref
-    printf "  decompress vs zstd -d:                     %.2fx  (goal >= 1.5)\n", t["zstd_d"] / t["decompress"]
-    printf "  inspect 1 GiB vs 16 MiB file:              %.2fx time (goal <= 2)\n", t["inspect_big"] / t["inspect_small"]
-    printf "  inspect compressed vs --version:           %.2fx time (goal <= 2)\n", t["inspect_compressed"] / t["version"]
-    # RSS counts the pages of the mapped input, so subtract the input size.
-    printf "  peak RSS beyond the mapped input: save %d MiB, compress %d MiB, decompress %d MiB (goal < 128)\n",
-           (rss["save"] * 1024 - bytes) / 1048576, (rss["compress"] * 1024 - bytes) / 1048576,
-           (rss["decompress"] * 1024 - zin) / 1048576
+    printf "  save (convert --integrity: SHA-256 + fsync) vs cp:      %.2fx  (goal >= 0.8)\n", t["cp"] / t["save"]
+    printf "  save vs cp + sync (same durability):                  %.2fx\n", t["cp_sync"] / t["save"]
+    printf "  copy (convert, plain -> plain + fsync) vs cp:          %.2fx\n", t["cp"] / t["copy"]
+    printf "  copy vs cp + sync:                                    %.2fx\n", t["cp_sync"] / t["copy"]
+    printf "  verify vs openssl dgst -sha256:                       %.2fx  (goal >= 1.6)\n", t["openssl"] / t["verify"]
+    printf "  compress vs zstd -T0 -3:                              %.2fx  (goal >= 0.9)\n", t["zstd"] / t["compress"]
+    printf "  compressed size vs zstd -3:                           %.3f   (goal within 2%%)\n", zours / zref
+    printf "  decompress vs zstd -d:                                %.2fx  (goal >= 1.5)\n", t["zstd_d"] / t["decompress"]
+    printf "  byte-plane: ratio %.3fx (zstd -3: %.3fx), compress %.2fx and decompress %.2fx of zstd\n",
+           bytes / zbp, bytes / zref, t["zstd"] / t["byteplane"], t["zstd_d"] / t["byteplane_d"]
+    printf "  trim -n 1024 / --quantize 4 / --to mlx-swift-lm / trim of the compressed file: %.2f / %.2f / %.2f / %.2f s\n",
+           t["trim"], t["quantize"], t["swift"], t["compressed_trim"]
+    printf "  inspect 1 GiB vs 16 MiB file:                         %.2fx time (goal <= 2)\n", t["inspect_big"] / t["inspect_small"]
+    printf "  inspect compressed vs --version:                      %.2fx time (goal <= 2)\n", t["inspect_compressed"] / t["version"]
+    # RSS counts the resident pages of the mapped input: subtract its size.
+    printf "  peak RSS beyond the mapped input (MiB, goal < 128): save %d, copy %d, compress %d, decompress %d, trim %d, quantize %d, swift %d, compressed trim %d\n",
+           (rss["save"] * 1024 - bytes) / mib, (rss["copy"] * 1024 - bytes) / mib, (rss["compress"] * 1024 - bytes) / mib,
+           (rss["decompress"] * 1024 - zin) / mib, (rss["trim"] * 1024 - bytes) / mib, (rss["quantize"] * 1024 - bytes) / mib,
+           (rss["swift"] * 1024 - bytes) / mib, (rss["compressed_trim"] * 1024 - zin) / mib
   }' "$dir/results"

@@ -4,7 +4,8 @@
 #   scripts/test.sh              normal build in build/
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
 #   scripts/test.sh --tsan       ThreadSanitizer build of the concurrent parts
-#                                (ServerPromptCache, PromptCacheStore, prompt_cache_sim)
+#                                (ServerPromptCache, PromptCacheStore, prompt_cache_sim,
+#                                the prompt-cache reader, writer and conversions)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup-deps.sh"
@@ -26,9 +27,10 @@ if [[ "${1:-}" == "--tsan" ]]; then
   if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
   cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_SANITIZE=thread -DKVSTORE_BUILD_BENCH=OFF \
     -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" >/dev/null
-  cmake --build "$build" --parallel "$(nproc)" --target prompt_cache_sim server_prompt_cache_test
+  cmake --build "$build" --parallel "$(nproc)" --target prompt_cache_sim server_prompt_cache_test \
+    prompt_cache_convert_test
   cd "$build"
-  exec ctest --output-on-failure -R '^(prompt_cache_sim_short|server_prompt_cache_test)$'
+  exec ctest --output-on-failure -R '^(prompt_cache_sim_short|server_prompt_cache_test|prompt_cache_convert_test)$'
 fi
 "$root/scripts/build.sh" "$build" "${args[@]}"
 cd "$build"

@@ -64,6 +64,12 @@ Status ZstdSeekableWriter::Append(std::span<const std::byte> data) {
   while (!data.empty()) {
     if (!current_started_) {
       current_started_ = true;
+      if (!spare_.empty()) {  // a buffer of an earlier frame: no allocation
+        current_ = std::move(spare_.back());
+        spare_.pop_back();
+      }
+      current_.clear();
+      current_.reserve(options_.frame_size + kMagicSize);
       if (options_.codec == ZstdCodec::kBytePlane && frames_started_ == 0) {
         current_.assign(std::begin(kBytePlaneMagic), std::end(kBytePlaneMagic));
       }
@@ -98,20 +104,29 @@ struct ZstdSeekableWriter::Batch {
 };
 
 namespace {
+// One compression context per thread, reused: creating one per frame costs
+// megabytes of fresh tables (allocation and page faults) each time.
+struct CCtxHolder {
+  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  ~CCtxHolder() { ZSTD_freeCCtx(cctx); }
+};
+
 Status CompressFrame(std::vector<std::byte>& in, bool split, std::vector<std::byte>& out, int level) {
   if (split) {
-    std::vector<std::byte> planes(in.size());
+    thread_local std::vector<std::byte> planes;
+    planes.resize(in.size());
     SplitBytePlanes(in, planes);
     in.swap(planes);
   }
   out.resize(ZSTD_compressBound(in.size()));
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+  thread_local CCtxHolder holder;
+  ZSTD_CCtx* cctx = holder.cctx;
   if (cctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
   const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), in.data(), in.size());
-  ZSTD_freeCCtx(cctx);
   if (ZSTD_isError(n)) return ZstdError("compress", n);
   out.resize(n);
   return Status::OK();
@@ -149,6 +164,7 @@ Status ZstdSeekableWriter::FlushPending(bool all) {
   if (in_flight_) {
     Status s = in_flight_done_.get();
     if (s.ok()) s = WriteBatch(*in_flight_);
+    for (auto& b : in_flight_->input) spare_.push_back(std::move(b));
     in_flight_.reset();
     if (!s.ok()) {
       if (next) (void)next_done.get();
@@ -267,7 +283,13 @@ Status ZstdSeekableReader::DecompressContent(size_t index, std::span<std::byte> 
   if (ZSTD_findFrameCompressedSize(src, f.compressed_size) != f.compressed_size) {
     return Status::Corruption("zstd frame " + std::to_string(index) + ": size disagrees with the seek table");
   }
-  const size_t n = ZSTD_decompress(content.data(), content.size(), src, f.compressed_size);
+  struct DCtxHolder {
+    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    ~DCtxHolder() { ZSTD_freeDCtx(dctx); }
+  };
+  thread_local DCtxHolder holder;  // reused, like the compression contexts
+  if (holder.dctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
+  const size_t n = ZSTD_decompressDCtx(holder.dctx, content.data(), content.size(), src, f.compressed_size);
   if (ZSTD_isError(n)) return ZstdError("frame " + std::to_string(index), n);
   if (n != content.size()) {
     return Status::Corruption("zstd frame " + std::to_string(index) + ": short frame");
@@ -280,7 +302,8 @@ Status ZstdSeekableReader::ReadFrame(size_t index, std::span<std::byte> out) con
   if (out.size() != f.decompressed_size) return Status::InvalidArgument("zstd ReadFrame: wrong output size");
   if (codec_ == ZstdCodec::kZstd) return DecompressContent(index, out);
   const size_t extra = index == 0 ? kMagicSize : 0;
-  std::vector<std::byte> content(out.size() + extra);
+  thread_local std::vector<std::byte> content;  // reused: no allocation per frame
+  content.resize(out.size() + extra);
   KV_RETURN_IF_ERROR(DecompressContent(index, content));
   if (index == 0) {
     if (std::memcmp(content.data(), kBytePlaneMagic, kMagicSize) != 0) {

@@ -1,9 +1,22 @@
-// LoadPromptCache (plain and zstd-compressed, with verification) must never
-// crash or over-allocate on any bytes; a loaded cache must be usable.
+// The prompt-cache readers (plain, zstd and byte-plane containers; mlx-lm,
+// legacy and mlx-swift-lm layouts) must never crash or over-allocate on any
+// bytes: whole loads (with and without verification), layer-by-layer reads
+// of the streaming reader, and the conversions built on it. A loaded cache
+// must be usable.
 #include <memory>
 
 #include "kvstore/env.h"
 #include "kvstore/prompt_cache_file.h"
+
+namespace {
+
+void Use(const kvstore::Cache& layer) {
+  (void)layer.State();
+  (void)layer.Nbytes();
+  (void)layer.meta_state();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static std::unique_ptr<kvstore::Env> env = kvstore::NewMemEnv();
@@ -14,11 +27,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.verify = size % 2 == 0;
   options.threads = 1;
   auto loaded = kvstore::LoadPromptCache(env.get(), "/f.safetensors", options);
-  if (!loaded.ok()) return 0;
-  for (const auto& layer : loaded->cache) {
-    (void)layer->State();
-    (void)layer->Nbytes();
-    (void)layer->meta_state();
+  if (loaded.ok()) {
+    for (const auto& layer : loaded->cache) Use(*layer);
   }
+  // The streaming reader decompresses only the frames a layer needs.
+  kvstore::PromptCacheReader::Options open;
+  open.threads = 1;
+  auto reader = kvstore::PromptCacheReader::Open(env.get(), "/f.safetensors", open);
+  if (!reader.ok()) return 0;
+  for (size_t i = 0; i < (*reader)->num_layers(); ++i) {
+    auto layer = (*reader)->ReadLayer(i, size % 3 == 0);
+    if (layer.ok()) Use(**layer);
+  }
+  (void)(*reader)->Verify(1);
+  kvstore::ConvertOptions convert;
+  convert.threads = 1;
+  convert.output.layout = size % 5 == 0 ? kvstore::PromptCacheLayout::kMlxSwiftLm : kvstore::PromptCacheLayout::kMlxLm;
+  (void)kvstore::ConvertPromptCacheFile(env.get(), "/f.safetensors", "/out.safetensors", convert);
+  kvstore::TranscodeOptions transcode;
+  transcode.threads = 1;
+  (void)kvstore::TranscodePromptCacheFile(env.get(), "/f.safetensors", "/out.safetensors", transcode);
   return 0;
 }
