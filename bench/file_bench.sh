@@ -8,17 +8,30 @@
 # values ~ N(0, 1)). Every command runs $RUNS times (default 3), alternating
 # with its reference; the best (minimum) wall time is reported, the median
 # next to it. Before each run the previous output is removed,
-# `kvstore_touch_memory` writes $TOUCH_GIB GiB (default 4; 0 = off, see
+# `kvstore_touch_memory` writes $TOUCH_GIB GiB (default 2; 0 = off, see
 # bench/touch_memory.cc) and `sync` flushes dirty pages, so every command
-# starts from the same state. On the 2-core development VM a run takes about
-# 20 minutes, most of it in the memory warm-up.
+# starts from the same state. On a VM that reports free pages to its host
+# (virtio-balloon free page reporting), the script, when run as root, asks
+# the guest to keep freed memory for 100 s before reporting it
+# (/sys/module/page_reporting/parameters/min_free_ms) and restores the old
+# value on exit; KVBENCH_KEEP_VM_SETTINGS=1 leaves it alone.
 set -euo pipefail
 build=${1:-build}
 tokens=${2:-8192}
 dir=$(mktemp -d "${3:-${TMPDIR:-/tmp}}/kvbench.XXXXXX")
-trap 'rm -rf "$dir"' EXIT
+reporting=/sys/module/page_reporting/parameters/min_free_ms
+old_reporting=
+if [[ -w $reporting && ${KVBENCH_KEEP_VM_SETTINGS:-0} != 1 ]]; then
+  old_reporting=$(cat "$reporting")
+  echo 100000 > "$reporting" && echo "note: free page reporting delayed to 100 s for the run (was ${old_reporting} ms)"
+fi
+cleanup() {
+  rm -rf "$dir"
+  if [[ -n $old_reporting ]]; then echo "$old_reporting" > "$reporting"; fi
+}
+trap cleanup EXIT
 runs=${RUNS:-3}
-touch_gib=${TOUCH_GIB:-4}
+touch_gib=${TOUCH_GIB:-2}
 kvtool=$(realpath "$build/apps/kvtool/kvtool")
 make=$build/bench/kvstore_make_cache
 toucher=$build/bench/kvstore_touch_memory

@@ -7,6 +7,7 @@
 
 #include "kvstore/cache_convert.h"
 #include "kvstore/cache_diff.h"
+#include "kvstore/prompt_cache.h"
 #include "kvstore/quantized_kv_cache.h"
 #include "prompt_cache_testutil.h"
 
@@ -196,6 +197,44 @@ TEST(ConvertTest, CorruptInputFailsEveryConversionAndLeavesTheOutput) {
   ConvertOptions unchecked;
   unchecked.verify_input = false;
   EXPECT_OK(ConvertPromptCacheFile(env.get(), "/bad", "/out", unchecked));
+  // A tensor copied unchanged is checked as it is written (no separate read
+  // pass), one a transform reads when its layer is read.
+  ConvertOptions copy;
+  EXPECT_THAT(ConvertPromptCacheFile(env.get(), "/bad", "/out", copy), HasCode(StatusCode::kCorruption, "copied to"));
+  copy.transform = [](size_t, std::shared_ptr<Cache> layer) { return CastLayer(layer, DType::kF32); };
+  Status cast = ConvertPromptCacheFile(env.get(), "/bad", "/out", copy);
+  EXPECT_THAT(cast, HasCode(StatusCode::kCorruption, "tensor \"1.0\""));
+  EXPECT_THAT(std::string(cast.message()), ::testing::Not(::testing::HasSubstr("copied to")));
+}
+
+// kvtool trim is TrimPromptCacheFile: the same file as trim_prompt_cache on
+// the loaded cache, saved in the input's format.
+TEST(ConvertTest, TrimFileEqualsTrimPromptCache) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  int trimmed_files = 0;
+  for (const std::string& path : testing::MlxLmFixtures()) {
+    SCOPED_TRACE(path);
+    Result<LoadedPromptCache> loaded = LoadPromptCache(Env::Default(), path);
+    if (!loaded.ok()) continue;
+    ASSERT_OK_AND_ASSIGN(PromptCacheInfo info, ReadPromptCacheInfo(Env::Default(), path));
+    ConvertOptions options;
+    options.output = SameFormatAs(info);
+    ASSERT_OK(SavePromptCache(env.get(), "/in", loaded->cache, loaded->user_metadata));
+    Result<int64_t> trimmed = TrimPromptCacheFile(env.get(), "/in", "/trimmed", 3, options);
+    if (!CanTrimPromptCache(loaded->cache)) {
+      EXPECT_THAT(trimmed, HasCode(StatusCode::kNotSupported, "is not trimmable"));
+      EXPECT_FALSE(env->FileExists("/trimmed"));
+      continue;
+    }
+    ASSERT_OK(trimmed);
+    ASSERT_OK_AND_ASSIGN(int64_t want, TrimPromptCache(loaded->cache, 3));
+    EXPECT_EQ(*trimmed, want);
+    ASSERT_OK(SavePromptCache(env.get(), "/want", loaded->cache, loaded->user_metadata, options.output));
+    EXPECT_EQ(FileBytes(env.get(), "/trimmed"), FileBytes(env.get(), "/want"));
+    ASSERT_OK(env->RemoveFile("/trimmed"));
+    ++trimmed_files;
+  }
+  EXPECT_GE(trimmed_files, 5);
 }
 
 TEST(ConvertTest, TransformsLayoutsAndInPlace) {

@@ -92,16 +92,15 @@ int RunConvert(ConvertArgs a) {
 
   auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.in);
   if (!info.ok()) return Fail(info.status());
-  // Output container: as asked, else the input's.
-  std::optional<int> level = a.compress;
-  kvstore::ZstdCodec codec = kvstore::ZstdCodec::kZstd;
-  if (!a.compress && !a.decompress && (info->compression || !a.codec.empty())) level = 3;
-  if (info->compression && info->compression->codec == "zstd-byteplane") codec = kvstore::ZstdCodec::kBytePlane;
-  if (!a.codec.empty()) codec = a.codec == "byteplane" ? kvstore::ZstdCodec::kBytePlane : kvstore::ZstdCodec::kZstd;
-  // Output layout: as asked, else the input's (the legacy format is read-only).
-  kvstore::PromptCacheLayout layout = info->layout == kvstore::PromptCacheLayout::kMlxSwiftLm
-                                          ? kvstore::PromptCacheLayout::kMlxSwiftLm
-                                          : kvstore::PromptCacheLayout::kMlxLm;
+  // Output layout and container: as asked, else the input's.
+  const kvstore::SavePromptCacheOptions same = kvstore::SameFormatAs(*info);
+  std::optional<int> level = a.compress ? a.compress : a.decompress ? std::nullopt : same.compression_level;
+  kvstore::ZstdCodec codec = same.codec;
+  if (!a.codec.empty()) {
+    codec = a.codec == "byteplane" ? kvstore::ZstdCodec::kBytePlane : kvstore::ZstdCodec::kZstd;
+    if (!level) level = 3;
+  }
+  kvstore::PromptCacheLayout layout = same.layout;
   if (!a.to.empty()) {
     layout = a.to == "mlx-swift-lm" ? kvstore::PromptCacheLayout::kMlxSwiftLm : kvstore::PromptCacheLayout::kMlxLm;
   }

@@ -26,32 +26,15 @@ int RunTrim(const TrimArgs& a) {
   if (a.keep) {
     n = std::max<int64_t>(0, info->tokens().value_or(0) - *a.keep);
   }
-  std::optional<int64_t> trimmed;
   kvstore::ConvertOptions c;
-  c.output.layout = info->layout == kvstore::PromptCacheLayout::kMlxSwiftLm ? kvstore::PromptCacheLayout::kMlxSwiftLm
-                                                                           : kvstore::PromptCacheLayout::kMlxLm;
-  if (info->compression) {
-    c.output.compression_level = 3;
-    if (info->compression->codec == "zstd-byteplane") c.output.codec = kvstore::ZstdCodec::kBytePlane;
-  }
+  c.output = kvstore::SameFormatAs(*info);
   c.threads = a.threads;
-  // Each call gets a fresh layer (views of the input), so trimming it is
-  // repeatable; the save fails before touching OUT on an untrimmable layer.
-  c.transform = [&](size_t i, std::shared_ptr<kvstore::Cache> layer) -> kvstore::Result<std::shared_ptr<kvstore::Cache>> {
-    if (!layer->IsTrimmable()) {
-      return kvstore::Status::NotSupported(std::string(layer->class_name()) + " is not trimmable");
-    }
-    KV_ASSIGN_OR_RETURN(int64_t t, layer->Trim(n));
-    if (i == 0) trimmed = t;  // mlx-lm reports the first layer's count
-    return layer;
-  };
   ProgressBar bar("trim", a.quiet);
   c.output.progress = bar.Callback();
-  kvstore::Status s = kvstore::ConvertPromptCacheFile(kvstore::Env::Default(), a.in, a.out, c);
-  if (!s.ok()) return Fail(s);
+  auto trimmed = kvstore::TrimPromptCacheFile(kvstore::Env::Default(), a.in, a.out, n, c);
+  if (!trimmed.ok()) return Fail(trimmed.status());
   if (!a.quiet) {
-    std::fprintf(stderr, "kvtool: trimmed %lld tokens, wrote %s\n", static_cast<long long>(trimmed.value_or(0)),
-                 a.out.c_str());
+    std::fprintf(stderr, "kvtool: trimmed %lld tokens, wrote %s\n", static_cast<long long>(*trimmed), a.out.c_str());
   }
   return kExitOk;
 }

@@ -1,13 +1,21 @@
 // Prompt-cache files: a whole prompt cache (one cache per layer) saved as a
-// safetensors file laid out exactly as mlx-lm's save_prompt_cache writes it,
-// so files cross between kvstore and mlx-lm in both directions
+// safetensors file laid out exactly as mlx-lm's save_prompt_cache writes it
+// (or, on request, as mlx-swift-lm's savePromptCache does), so files cross
+// between kvstore, mlx-lm and mlx-swift-lm in both directions
 // (docs/format.md §5), with two optional extensions that never make another
 // reader silently misread a file:
 //   * integrity: SHA-256 digests of every tensor and of the header content,
 //     stored as user metadata (1.kvstore_*) that mlx-lm returns untouched;
 //   * compression: the whole file inside a seekable zstd container
-//     (zstd_seekable.h); `zstd -d` gives back the plain file, and other
+//     (zstd_seekable.h); `zstd -d` gives back the plain file (the byte-plane
+//     codec instead yields bytes every safetensors reader refuses), and other
 //     safetensors readers refuse the compressed form loudly.
+//
+// Whole-file functions (SavePromptCache, LoadPromptCache, ...) sit on a
+// layer-by-layer reader (PromptCacheReader) and a streaming writer (a
+// LayerSource), which the conversions (ConvertPromptCacheFile,
+// TrimPromptCacheFile, TranscodePromptCacheFile) use to work in bounded
+// memory.
 //
 // Thread safety: every function is reentrant; saving and loading different
 // files, and loading one file from many threads, run concurrently without a
@@ -145,6 +153,11 @@ struct PromptCacheInfo {
 Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,
                                             const ParseLimits& limits = {});
 
+// Options that write a file in the layout and container `info` describes
+// (the legacy layout, which is read-only, becomes mlx-lm; a compressed file
+// gets level 3, since levels are not recorded), with digests.
+SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info);
+
 // ---- Verification ----
 
 struct VerifyReport {
@@ -229,6 +242,14 @@ struct ConvertOptions {
 // input stays mapped and is replaced atomically at the end.
 Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string& out,
                               const ConvertOptions& options);
+
+// mlx-lm's trim_prompt_cache on a file: drops the last `n` tokens of every
+// layer, streaming like ConvertPromptCacheFile (`options.transform`, if set,
+// runs after the trim). Returns the first layer's trimmed count. Unlike
+// trim_prompt_cache, which silently does nothing, a layer that is not
+// trimmable is NotSupported naming it, and OUT is left untouched.
+Result<int64_t> TrimPromptCacheFile(Env* env, const std::string& in, const std::string& out, int64_t n,
+                                    const ConvertOptions& options = {});
 
 struct TranscodeOptions {
   std::optional<int> compression_level;  // unset: a plain safetensors file

@@ -80,6 +80,24 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
   return SaveLayers(env, out, reader->num_layers(), source, reader->info().user_metadata, save, hooks);
 }
 
+Result<int64_t> TrimPromptCacheFile(Env* env, const std::string& in, const std::string& out, int64_t n,
+                                    const ConvertOptions& options) {
+  if (n < 0) return Status::InvalidArgument("TrimPromptCacheFile: cannot trim " + std::to_string(n) + " tokens");
+  std::optional<int64_t> trimmed;
+  ConvertOptions trim = options;
+  // Each call gets a fresh layer (views of the input), so trimming it again
+  // when the writer asks for the layer a second time gives the same result.
+  trim.transform = [&](size_t i, std::shared_ptr<Cache> layer) -> Result<std::shared_ptr<Cache>> {
+    if (!layer->IsTrimmable()) return Status::NotSupported(std::string(layer->class_name()) + " is not trimmable");
+    KV_ASSIGN_OR_RETURN(int64_t t, layer->Trim(n));
+    if (i == 0) trimmed = t;  // trim_prompt_cache reports the first layer's count
+    if (options.transform) return options.transform(i, std::move(layer));
+    return layer;
+  };
+  KV_RETURN_IF_ERROR(ConvertPromptCacheFile(env, in, out, trim));
+  return trimmed.value_or(0);
+}
+
 // ---- Transcoding ----
 
 namespace {

@@ -65,6 +65,18 @@ Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path, c
   return reader->info();
 }
 
+SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info) {
+  SavePromptCacheOptions options;
+  options.layout = info.layout == PromptCacheLayout::kMlxSwiftLm ? PromptCacheLayout::kMlxSwiftLm
+                                                                 : PromptCacheLayout::kMlxLm;
+  if (info.compression) {
+    options.compression_level = 3;
+    options.codec = info.compression->codec == ZstdCodecName(ZstdCodec::kBytePlane) ? ZstdCodec::kBytePlane
+                                                                                   : ZstdCodec::kZstd;
+  }
+  return options;
+}
+
 Result<VerifyReport> VerifyPromptCacheFile(Env* env, const std::string& path, int threads,
                                            const ProgressFn& progress) {
   PromptCacheReader::Options open;

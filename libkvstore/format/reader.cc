@@ -147,11 +147,12 @@ std::optional<size_t> PromptCacheReader::Impl::ViewedTensor(const Array& a) cons
   const std::byte* p = a.data();
   if (p < base + header.data_offset() || p >= base + plain->file().size()) return std::nullopt;
   const uint64_t begin = static_cast<uint64_t>(p - base) - header.data_offset();
-  auto it = std::lower_bound(header.tensors.begin(), header.tensors.end(), begin,
-                             [](const TensorInfo& t, uint64_t b) { return t.begin < b; });
+  auto it = std::lower_bound(by_begin.begin(), by_begin.end(), begin,
+                             [&](size_t t, uint64_t b) { return header.tensors[t].begin < b; });
   // Zero-size tensors share offsets: look at every tensor starting here.
-  for (; it != header.tensors.end() && it->begin == begin; ++it) {
-    if (it->dtype == a.dtype() && it->shape == a.shape()) return static_cast<size_t>(it - header.tensors.begin());
+  for (; it != by_begin.end() && header.tensors[*it].begin == begin; ++it) {
+    const TensorInfo& t = header.tensors[*it];
+    if (t.dtype == a.dtype() && t.shape == a.shape()) return *it;
   }
   return std::nullopt;
 }
@@ -201,6 +202,10 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
     }
   }
   if (r->plain) r->header = r->plain->header();
+  r->by_begin.resize(r->header.tensors.size());
+  for (size_t i = 0; i < r->by_begin.size(); ++i) r->by_begin[i] = i;
+  std::sort(r->by_begin.begin(), r->by_begin.end(),
+            [&](size_t a, size_t b) { return r->header.tensors[a].begin < r->header.tensors[b].begin; });
   Result<ParsedFile> parsed = ParseLayout(r->header);
   if (!parsed.ok()) return parsed.status().WithPrefix(path);
   r->parsed = std::move(parsed).value();

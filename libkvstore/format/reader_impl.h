@@ -23,6 +23,7 @@ struct PromptCacheReader::Impl {
   std::shared_ptr<const SafetensorsFile> plain;   // plain, or decompressed at open
   std::optional<ZstdSeekableReader> zstd;         // compressed, read frame by frame
   SafetensorsHeader header;
+  std::vector<size_t> by_begin;  // header.tensors indices sorted by data offset
   ParsedFile parsed;
   PromptCacheInfo info;
 
