@@ -76,8 +76,9 @@ std::optional<std::string> ParseTransform(const ConvertArgs& a, LayerTransform& 
 }
 
 int RunConvert(ConvertArgs a) {
-  if (a.compress_flag && !a.compress) a.compress = 3;
-  if (a.compress && a.decompress) return Fail(kExitUsage, "--compress and --decompress exclude each other");
+  if ((a.compress_flag || a.compress) && a.decompress) {
+    return Fail(kExitUsage, "--compress and --decompress exclude each other");
+  }
   if (a.integrity && a.no_integrity) return Fail(kExitUsage, "--integrity and --no-integrity exclude each other");
   if (!a.to.empty() && a.to != "mlx-lm" && a.to != "mlx-swift-lm") {
     return Fail(kExitUsage, "--to must be mlx-lm or mlx-swift-lm");
@@ -94,12 +95,14 @@ int RunConvert(ConvertArgs a) {
   if (!info.ok()) return Fail(info.status());
   // Output layout and container: as asked, else the input's.
   const kvstore::SavePromptCacheOptions same = kvstore::SameFormatAs(*info);
-  std::optional<int> level = a.compress ? a.compress : a.decompress ? std::nullopt : same.compression_level;
   kvstore::ZstdCodec codec = same.codec;
-  if (!a.codec.empty()) {
-    codec = a.codec == "byteplane" ? kvstore::ZstdCodec::kBytePlane : kvstore::ZstdCodec::kZstd;
-    if (!level) level = 3;
-  }
+  if (!a.codec.empty()) codec = a.codec == "byteplane" ? kvstore::ZstdCodec::kBytePlane : kvstore::ZstdCodec::kZstd;
+  // Default levels: 3 for zstd; 1 for byte planes, which on 16-bit floats
+  // compresses both better and faster there (docs/performance.md).
+  const int default_level = codec == kvstore::ZstdCodec::kBytePlane ? 1 : 3;
+  std::optional<int> level = a.decompress ? std::nullopt : same.compression_level;
+  if (a.compress_flag || !a.codec.empty()) level = a.compress.value_or(default_level);
+  if (level && !a.compress && !a.compress_flag && a.codec.empty()) level = default_level;
   kvstore::PromptCacheLayout layout = same.layout;
   if (!a.to.empty()) {
     layout = a.to == "mlx-swift-lm" ? kvstore::PromptCacheLayout::kMlxSwiftLm : kvstore::PromptCacheLayout::kMlxLm;
@@ -149,7 +152,7 @@ Runner RegisterConvert(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("convert", "Compress, decompress, re-lay-out or convert a cache file");
   cmd->add_option("IN", args->in, "input prompt-cache file")->required();
   cmd->add_option("-o,--output", args->out, "output file (may equal IN)")->required();
-  cmd->add_option("--compress", args->compress, "zstd container at LEVEL (default 3)")->expected(0, 1);
+  cmd->add_option("--compress", args->compress, "zstd container at LEVEL (default 3; byteplane: 1)")->expected(0, 1);
   cmd->add_flag("--decompress", args->decompress, "write a plain safetensors file");
   cmd->add_option("--codec", args->codec, "compressed container: zstd (default; zstd -d compatible) or byteplane");
   cmd->add_flag("--integrity", args->integrity, "re-write with SHA-256 digests");

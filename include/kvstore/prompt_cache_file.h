@@ -154,8 +154,9 @@ Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,
                                             const ParseLimits& limits = {});
 
 // Options that write a file in the layout and container `info` describes
-// (the legacy layout, which is read-only, becomes mlx-lm; a compressed file
-// gets level 3, since levels are not recorded), with digests.
+// (the legacy layout, which is read-only, becomes mlx-lm; levels are not
+// recorded, so a compressed file gets the codec's default: 3 for zstd, 1 for
+// byte planes), with digests.
 SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info);
 
 // ---- Verification ----

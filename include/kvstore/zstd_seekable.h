@@ -89,7 +89,8 @@ class ZstdSeekableWriter {
   uint64_t frames_started_ = 0;
   std::vector<std::vector<std::byte>> pending_;  // full frames not yet compressed
   std::vector<bool> pending_split_;              // byte-plane transform per pending frame
-  std::vector<std::vector<std::byte>> spare_;     // input buffers of written frames, for reuse
+  std::vector<std::vector<std::byte>> spare_;         // input buffers of written frames, for reuse
+  std::vector<std::vector<std::byte>> spare_output_;  // their compressed buffers, likewise
   std::shared_ptr<Batch> in_flight_;
   std::future<Status> in_flight_done_;
   std::vector<Entry> entries_;

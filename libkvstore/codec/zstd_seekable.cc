@@ -100,7 +100,8 @@ Status ZstdSeekableWriter::EndFrame() {
 struct ZstdSeekableWriter::Batch {
   std::vector<std::vector<std::byte>> input;
   std::vector<bool> split;
-  std::vector<std::vector<std::byte>> output;
+  std::vector<std::vector<std::byte>> output;  // compressBound bytes each (reused)
+  std::vector<size_t> output_size;             // bytes of each output in use
 };
 
 namespace {
@@ -111,14 +112,16 @@ struct CCtxHolder {
   ~CCtxHolder() { ZSTD_freeCCtx(cctx); }
 };
 
-Status CompressFrame(std::vector<std::byte>& in, bool split, std::vector<std::byte>& out, int level) {
+// Compresses `in` into `out` (grown to the bound, never shrunk, so a reused
+// buffer is neither reallocated nor zero-filled again); *size = bytes used.
+Status CompressFrame(std::vector<std::byte>& in, bool split, std::vector<std::byte>& out, size_t* size, int level) {
   if (split) {
     thread_local std::vector<std::byte> planes;
     planes.resize(in.size());
     SplitBytePlanes(in, planes);
     in.swap(planes);
   }
-  out.resize(ZSTD_compressBound(in.size()));
+  if (out.size() < ZSTD_compressBound(in.size())) out.resize(ZSTD_compressBound(in.size()));
   thread_local CCtxHolder holder;
   ZSTD_CCtx* cctx = holder.cctx;
   if (cctx == nullptr) return Status::ResourceExhausted("zstd: cannot create a context");
@@ -128,18 +131,18 @@ Status CompressFrame(std::vector<std::byte>& in, bool split, std::vector<std::by
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
   const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), in.data(), in.size());
   if (ZSTD_isError(n)) return ZstdError("compress", n);
-  out.resize(n);
+  *size = n;
   return Status::OK();
 }
 }  // namespace
 
 Status ZstdSeekableWriter::WriteBatch(Batch& batch) {
   for (size_t i = 0; i < batch.input.size(); ++i) {
-    Status a = out_->Append(batch.output[i]);
+    const std::span<const std::byte> frame(batch.output[i].data(), batch.output_size[i]);
+    Status a = out_->Append(frame);
     if (!a.ok()) return status_ = a;
-    entries_.push_back({static_cast<uint32_t>(batch.output[i].size()),
-                        static_cast<uint32_t>(batch.input[i].size())});
-    compressed_bytes_ += batch.output[i].size();
+    entries_.push_back({static_cast<uint32_t>(frame.size()), static_cast<uint32_t>(batch.input[i].size())});
+    compressed_bytes_ += frame.size();
   }
   return Status::OK();
 }
@@ -154,10 +157,19 @@ Status ZstdSeekableWriter::FlushPending(bool all) {
     pending_.clear();
     pending_split_.clear();
     next->output.resize(next->input.size());
+    next->output_size.resize(next->input.size());
+    for (auto& o : next->output) {
+      if (spare_output_.empty()) break;
+      o = std::move(spare_output_.back());
+      spare_output_.pop_back();
+    }
     const int threads = options_.threads, level = options_.level;
     next_done = std::async(std::launch::async, [next, threads, level] {
       return ParallelFor(next->input.size(), threads,
-                         [&](size_t i) { return CompressFrame(next->input[i], next->split[i], next->output[i], level); });
+                         [&](size_t i) {
+                           return CompressFrame(next->input[i], next->split[i], next->output[i],
+                                                &next->output_size[i], level);
+                         });
     });
   }
   // Write the previous batch while the next one compresses.
@@ -165,6 +177,7 @@ Status ZstdSeekableWriter::FlushPending(bool all) {
     Status s = in_flight_done_.get();
     if (s.ok()) s = WriteBatch(*in_flight_);
     for (auto& b : in_flight_->input) spare_.push_back(std::move(b));
+    for (auto& b : in_flight_->output) spare_output_.push_back(std::move(b));
     in_flight_.reset();
     if (!s.ok()) {
       if (next) (void)next_done.get();

@@ -70,9 +70,9 @@ SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info) {
   options.layout = info.layout == PromptCacheLayout::kMlxSwiftLm ? PromptCacheLayout::kMlxSwiftLm
                                                                  : PromptCacheLayout::kMlxLm;
   if (info.compression) {
-    options.compression_level = 3;
-    options.codec = info.compression->codec == ZstdCodecName(ZstdCodec::kBytePlane) ? ZstdCodec::kBytePlane
-                                                                                   : ZstdCodec::kZstd;
+    const bool planes = info.compression->codec == ZstdCodecName(ZstdCodec::kBytePlane);
+    options.codec = planes ? ZstdCodec::kBytePlane : ZstdCodec::kZstd;
+    options.compression_level = planes ? 1 : 3;
   }
   return options;
 }
