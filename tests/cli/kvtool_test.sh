@@ -88,7 +88,7 @@ expect_exit 1 "--quantize takes" -- convert "$f16" -o "$tmp/bad.safetensors" --q
 
 # mlx-lm -> mlx-swift-lm -> mlx-lm keeps every tensor byte (diff --max-error 0
 # compares values; identical layers are reported as such).
-for name in kvcache_f16_4l cachelist_kv_rotating quantized_b4_g64 arrayscache_basic; do
+for name in kvcache_f16_4l cachelist_kv_rotating cachelist_arrays_kv quantized_b4_g64 arrayscache_basic; do
   src=$fixtures/mlx-lm/$name.safetensors
   expect_exit 0 "" -- convert "$src" -o "$tmp/$name.swift" --to mlx-swift-lm -q
   "$kvtool" inspect --json "$tmp/$name.swift" | grep '"layout": "mlx-swift-lm"' > /dev/null || fail "$name: not swift"
@@ -97,6 +97,12 @@ for name in kvcache_f16_4l cachelist_kv_rotating quantized_b4_g64 arrayscache_ba
   out=$("$kvtool" diff "$src" "$tmp/$name.back" --max-error 0) || fail "$name: diff after the round trip"
   [[ $out == *"identical, max abs error 0"* && $out != *"meta state differs"* ]] || fail "$name: round trip changed values: $out"
 done
+# Golden output for a Swift-layout file (metas as Swift stores them).
+( cd "$tmp" && cp cachelist_arrays_kv.swift cachelist_arrays_kv.swift.safetensors &&
+  "$kvtool" inspect cachelist_arrays_kv.swift.safetensors > swift.txt &&
+  "$kvtool" inspect --json cachelist_arrays_kv.swift.safetensors > swift.json ) || fail "inspect swift"
+diff -u "$golden/cachelist_arrays_kv.swift.txt" "$tmp/swift.txt" || fail "inspect of a Swift file differs from golden"
+diff -u "$golden/cachelist_arrays_kv.swift.json" "$tmp/swift.json" || fail "inspect --json of a Swift file differs from golden"
 expect_exit 4 "no mlx-swift-lm equivalent" -- convert "$fixtures/mlx-lm/batch_kvcache.safetensors" -o "$tmp/b.swift" --to mlx-swift-lm
 expect_exit 0 "" -- trim "$tmp/kvcache_f16_4l.swift" -n 5 -o "$tmp/ts.swift" -q
 "$kvtool" inspect --json "$tmp/ts.swift" | grep '"layout": "mlx-swift-lm"' > /dev/null || fail "trim changed the layout"
