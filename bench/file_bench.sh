@@ -65,7 +65,7 @@ cat "$dir/in.safetensors" > /dev/null  # page cache
 "$kvtool" convert "$dir/in.safetensors" -o "$dir/digests.safetensors" --integrity -q
 zstd -q -T0 -3 -f "$dir/in.safetensors" -o "$dir/ref.zst"
 "$kvtool" convert "$dir/in.safetensors" -o "$dir/c.safetensors" --compress=3 -q
-"$kvtool" convert "$dir/in.safetensors" -o "$dir/bp.safetensors" --compress=3 --codec byteplane -q
+"$kvtool" convert "$dir/in.safetensors" -o "$dir/bp.safetensors" --codec byteplane -q
 k=$kvtool d=$dir
 : > "$dir/runs"
 pair cp "$d/o1" "cp $d/in.safetensors $d/o1" \
@@ -78,7 +78,7 @@ pair zstd "$d/o1" "zstd -q -T0 -3 -f $d/in.safetensors -o $d/o1" \
      compress "$d/o2" "$k convert $d/in.safetensors -o $d/o2 --compress=3 -q"
 pair zstd_d "$d/o1" "zstd -q -d -f $d/ref.zst -o $d/o1" \
      decompress "$d/o2" "$k convert $d/c.safetensors -o $d/o2 --decompress -q"
-pair byteplane "$d/o1" "$k convert $d/in.safetensors -o $d/o1 --compress=3 --codec byteplane -q" \
+pair byteplane "$d/o1" "$k convert $d/in.safetensors -o $d/o1 --codec byteplane -q" \
      byteplane_d "$d/o2" "$k convert $d/bp.safetensors -o $d/o2 --decompress -q"
 pair trim "$d/o1" "$k trim $d/digests.safetensors -n 1024 -o $d/o1 -q" \
      quantize "$d/o2" "$k convert $d/digests.safetensors -o $d/o2 --quantize 4 -q"
