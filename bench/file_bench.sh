@@ -5,9 +5,9 @@
 #   zstd -T0 -3 (compress), zstd -d (decompress).
 #   bench/file_bench.sh [BUILD_DIR] [TOKENS=8192] [DIR=$TMPDIR]
 # TOKENS=8192 gives a 1 GiB cache (32 layers of [1, 8, T, 128] BF16 keys and
-# values ~ N(0, 1)). Every command runs $RUNS times (default 3), alternating
-# with its reference; the best (minimum) wall time is reported, the median
-# next to it. Before each run the previous output is removed,
+# values ~ N(0, 1)). Every command runs $RUNS times (default 3), next to its
+# reference, in rounds over all commands; the best (minimum) wall time is
+# reported, the median next to it. Before each run the previous output is removed,
 # `kvstore_touch_memory` writes $TOUCH_GIB GiB (default 2; 0 = off, see
 # bench/touch_memory.cc) and `sync` flushes dirty pages, so every command
 # starts from the same state. On a VM that reports free pages to its host
@@ -49,14 +49,22 @@ once() {
   t1=$(now)
   printf '%s %.4f %s\n' "$name" "$(echo "$t1 - $t0" | bc -l)" "$(cat "$dir/rss")" >> "$dir/runs"
 }
-# pair NAME_A OUT_A "CMD A" NAME_B OUT_B "CMD B": $runs alternating runs of each.
-pair() {
+# pair NAME_A OUT_A "CMD A" NAME_B OUT_B "CMD B": queues a command and its
+# reference; run_pairs runs every queued pair once per round, $runs rounds,
+# so that a slow spell of the machine hits one run of a command, not all.
+pairs=()
+pair() { pairs+=("$1" "$2" "$3" "$4" "$5" "$6"); }
+run_pairs() {
   for ((r = 0; r < runs; r++)); do
-    once "$1" "$2" bash -c "$3"
-    once "$4" "$5" bash -c "$6"
+    for ((p = 0; p < ${#pairs[@]}; p += 6)); do
+      once "${pairs[p]}" "${pairs[p + 1]}" bash -c "${pairs[p + 2]}"
+      once "${pairs[p + 3]}" "${pairs[p + 4]}" bash -c "${pairs[p + 5]}"
+    done
   done
 }
 
+# Warm up: back enough memory for the whole run once (slow on a cold VM).
+if ((touch_gib > 0)); then "$toucher" $((touch_gib * 3)); fi
 "$make" "$dir/in.safetensors" "$tokens"
 "$make" "$dir/small.safetensors" 128
 bytes=$(stat -c %s "$dir/in.safetensors")
@@ -88,6 +96,7 @@ pair inspect_big "$d/none" "$k inspect $d/in.safetensors" \
      inspect_small "$d/none" "$k inspect $d/small.safetensors"
 pair inspect_compressed "$d/none" "$k inspect $d/c.safetensors" \
      version "$d/none" "$k --version"
+run_pairs
 
 # Best and median time, max RSS per command: "name best rss median".
 sort -k1,1 -k2,2n "$dir/runs" | awk '
