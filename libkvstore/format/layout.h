@@ -81,7 +81,10 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const std::v
 // nullopt for classes without a scalar offset.
 std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header);
 
-// ---- mlx-swift-lm (layout_swift.cc) ----
+// ---- mlx-swift-lm (layout_swift.cc, layout_swift_write.cc) ----
+
+// Deepest CacheList nesting read or written in mlx-swift-lm's flat layout.
+inline constexpr int kMaxSwiftCacheListDepth = 8;
 
 // The "0." and "2." metadata of a file as trees, and the class names.
 struct MetaTrees {
