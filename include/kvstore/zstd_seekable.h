@@ -64,6 +64,14 @@ class ZstdSeekableWriter {
   // Ends the current frame (if it holds bytes), so the next byte starts a
   // new frame: used to keep a file's header in a frame of its own.
   Status EndFrame();
+  // Writes `content` as the first frame, stored in raw (uncompressed) zstd
+  // blocks, so that its size depends only on content.size() and it can be
+  // replaced later by RawFrame() of new content of the same length (a file
+  // header written before the digests it carries are known).
+  // FailedPrecondition unless it is the first thing appended.
+  Status AppendRawFrame(std::span<const std::byte> content);
+  // The bytes AppendRawFrame writes for `content` (with this writer's codec).
+  std::vector<std::byte> RawFrame(std::span<const std::byte> content) const;
   // Ends the last frame and writes the seek table. No Append after Finish.
   Status Finish();
 

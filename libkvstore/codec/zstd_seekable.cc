@@ -97,6 +97,52 @@ Status ZstdSeekableWriter::EndFrame() {
   return Status::OK();
 }
 
+namespace {
+constexpr size_t kMaxRawBlock = size_t{128} << 10;  // zstd's Block_Maximum_Size
+}  // namespace
+
+std::vector<std::byte> ZstdSeekableWriter::RawFrame(std::span<const std::byte> content) const {
+  std::vector<std::byte> frame_content;
+  if (options_.codec == ZstdCodec::kBytePlane) {
+    frame_content.assign(std::begin(kBytePlaneMagic), std::end(kBytePlaneMagic));
+  }
+  frame_content.insert(frame_content.end(), content.begin(), content.end());
+  // Magic; descriptor: 4-byte content size, single segment, no checksum, no
+  // dictionary; the size; then raw blocks of at most 128 KiB.
+  std::vector<std::byte> out;
+  StoreU32(out, kZstdMagic);
+  out.push_back(std::byte{0xA0});
+  StoreU32(out, static_cast<uint32_t>(frame_content.size()));
+  size_t at = 0;
+  do {
+    const size_t n = std::min(kMaxRawBlock, frame_content.size() - at);
+    const uint32_t last = at + n == frame_content.size() ? 1 : 0;
+    const uint32_t block_header = static_cast<uint32_t>(n << 3) | last;  // type 0: raw
+    for (int i = 0; i < 3; ++i) out.push_back(static_cast<std::byte>((block_header >> (8 * i)) & 0xFF));
+    out.insert(out.end(), frame_content.begin() + static_cast<ptrdiff_t>(at),
+               frame_content.begin() + static_cast<ptrdiff_t>(at + n));
+    at += n;
+  } while (at < frame_content.size());
+  return out;
+}
+
+Status ZstdSeekableWriter::AppendRawFrame(std::span<const std::byte> content) {
+  KV_RETURN_IF_ERROR(status_);
+  if (frames_started_ != 0 || finished_) {
+    return Status::FailedPrecondition("ZstdSeekableWriter: a raw frame must come first");
+  }
+  if (content.size() > kMaxFrameInput) return Status::InvalidArgument("ZstdSeekableWriter: raw frame too large");
+  const std::vector<std::byte> frame = RawFrame(content);
+  const Status s = out_->Append(frame);
+  if (!s.ok()) return status_ = s;
+  ++frames_started_;
+  const uint32_t stored = static_cast<uint32_t>(content.size() + (options_.codec == ZstdCodec::kBytePlane ? kMagicSize : 0));
+  entries_.push_back({static_cast<uint32_t>(frame.size()), stored});
+  compressed_bytes_ += frame.size();
+  uncompressed_bytes_ += content.size();
+  return Status::OK();
+}
+
 struct ZstdSeekableWriter::Batch {
   std::vector<std::vector<std::byte>> input;
   std::vector<bool> split;

@@ -5,7 +5,6 @@
 #include "libkvstore/format/digests.h"
 #include "libkvstore/format/hash_pipeline.h"
 #include "libkvstore/format/layout.h"
-#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -47,29 +46,36 @@ struct PlannedTensor {
   size_t slot;  // position in the layer's FlatLayer::tensors
 };
 
-// A WritableFile that compresses into a seekable zstd container; the first
-// Append (the safetensors header) gets a frame of its own.
+// A WritableFile that compresses into a seekable zstd container. The first
+// Append (the safetensors header) becomes a raw frame of its own, whose size
+// depends only on the header's length, so WriteAt(0, header) can replace it
+// once the digests are known.
 class ZstdFile : public WritableFile {
  public:
-  ZstdFile(WritableFile* out, const ZstdWriteOptions& options) : writer_(out, options) {}
+  ZstdFile(WritableFile* out, const ZstdWriteOptions& options) : out_(out), writer_(out, options) {}
   Status Append(std::span<const std::byte> data) override {
-    KV_RETURN_IF_ERROR(writer_.Append(data));
     if (first_) {
       first_ = false;
-      return writer_.EndFrame();
+      header_bytes_ = data.size();
+      return writer_.AppendRawFrame(data);
     }
-    return Status::OK();
+    return writer_.Append(data);
   }
-  Status WriteAt(uint64_t, std::span<const std::byte>) override {
-    return Status::NotSupported("a compressed file cannot be patched");
+  Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
+    if (offset != 0 || data.size() != header_bytes_) {
+      return Status::InvalidArgument("a compressed file can only have its header frame replaced");
+    }
+    return out_->WriteAt(0, writer_.RawFrame(data));
   }
   Status Sync() override { return Status::OK(); }
   Status Close() override { return writer_.Finish(); }
   uint64_t size() const override { return writer_.uncompressed_bytes(); }
 
  private:
+  WritableFile* out_;
   ZstdSeekableWriter writer_;
   bool first_ = true;
+  uint64_t header_bytes_ = 0;
 };
 
 class Saver {
@@ -82,10 +88,6 @@ class Saver {
   Status Write(WritableFile& out);
 
  private:
-  // Digests first: needed when the header cannot be patched afterwards.
-  bool DigestsFirst() const { return options_.integrity && options_.compression_level.has_value(); }
-  Status HashLayer(const FlatLayer& flat);
-  Status CheckExpected(const std::string& name, const Array& a, const Sha256Digest& got) const;
   Result<SafetensorsLayout> Layout() const;
   void Progress(uint64_t bytes);
 
@@ -108,29 +110,6 @@ void Saver::Progress(uint64_t bytes) {
   }
 }
 
-Status Saver::CheckExpected(const std::string& name, const Array& a, const Sha256Digest& got) const {
-  if (!hooks_.expected_digest) return Status::OK();
-  std::optional<ExpectedDigest> want = hooks_.expected_digest(a);
-  if (want && want->digest != got) {
-    return Status::Corruption("integrity check failed for " + want->source + " (copied to \"" + name + "\")");
-  }
-  return Status::OK();
-}
-
-Status Saver::HashLayer(const FlatLayer& flat) {
-  std::vector<Sha256Digest> got(flat.tensors.size());
-  KV_RETURN_IF_ERROR(ParallelFor(flat.tensors.size(), options_.threads, [&](size_t k) {
-    got[k] = Sha256(flat.tensors[k].array);
-    return Status::OK();
-  }));
-  for (size_t k = 0; k < flat.tensors.size(); ++k) {
-    KV_RETURN_IF_ERROR(CheckExpected(flat.tensors[k].name, flat.tensors[k].array, got[k]));
-    digests_[flat.tensors[k].name] = got[k];
-    Progress(flat.tensors[k].array.nbytes());
-  }
-  return Status::OK();
-}
-
 Status Saver::Plan(const Metadata& user_metadata) {
   for (size_t i = 0; i < num_layers_; ++i) {
     KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(i));
@@ -150,16 +129,8 @@ Status Saver::Plan(const Metadata& user_metadata) {
   metadata_.emplace_back("1." + std::string(kFormatKey), kFormatValue);
   const std::string canonical = CanonicalHeader(specs_, metadata_);
   metadata_.emplace_back(std::string(kHeaderDigestMetaKey), Sha256(std::string_view(canonical)).ToHex());
-  if (DigestsFirst()) {
-    total_bytes_ *= 2;  // a hashing pass, then the write
-    for (size_t i = 0; i < num_layers_; ++i) {
-      KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(i));
-      KV_RETURN_IF_ERROR(HashLayer(*flat));
-    }
-  } else {
-    // Placeholders of the final length; the header is rewritten at the end.
-    for (const TensorInfo& t : specs_) digests_[t.name] = Sha256Digest();
-  }
+  // Placeholders of the final length; the header is rewritten at the end.
+  for (const TensorInfo& t : specs_) digests_[t.name] = Sha256Digest();
   return Status::OK();
 }
 
@@ -174,12 +145,10 @@ Result<SafetensorsLayout> Saver::Layout() const {
 Status Saver::Write(WritableFile& out) {
   KV_ASSIGN_OR_RETURN(SafetensorsLayout layout, Layout());
   KV_RETURN_IF_ERROR(out.Append(std::as_bytes(std::span(layout.header_bytes))));
-  // Hashing while writing serves the digests of a plain file and the check
-  // of bytes copied from a file with digests.
+  // Hashing while writing serves the digests and the check of bytes copied
+  // from a file with digests.
   std::optional<HashPipeline> hasher;
-  if (!DigestsFirst() && (options_.integrity || hooks_.expected_digest)) {
-    hasher.emplace(options_.threads, kMaxHashBacklog);
-  }
+  if (options_.integrity || hooks_.expected_digest) hasher.emplace(options_.threads, kMaxHashBacklog);
   std::vector<std::optional<ExpectedDigest>> expected(layout.tensors.size());
   for (size_t id = 0; id < layout.tensors.size(); ++id) {
     const TensorInfo& info = layout.tensors[id];

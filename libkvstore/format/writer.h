@@ -3,11 +3,12 @@
 //
 // Two passes over the layers: the first flattens each layer to plan the
 // header (names, dtypes, shapes, metadata), the second writes the tensor data
-// in the file's data order, fetching each layer again from the source. A
-// plain file is hashed while it is written (on worker threads) and its
+// in the file's data order, fetching each layer again from the source. The
+// tensors are hashed while they are written (on worker threads) and the
 // header, whose length does not depend on the digest values, is written last
-// into the space reserved for it. A compressed file needs its header first,
-// so there the digests are computed during the first pass.
+// into the space reserved for it: in a plain file its first bytes, in a
+// compressed one a first frame of raw zstd blocks, whose size depends only on
+// the header's length.
 #ifndef KVSTORE_LIBKVSTORE_FORMAT_WRITER_H_
 #define KVSTORE_LIBKVSTORE_FORMAT_WRITER_H_
 
