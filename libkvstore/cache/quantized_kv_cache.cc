@@ -188,8 +188,9 @@ Status QuantizedKVCache::SetMetaState(const MetaState& meta) {
   KV_ASSIGN_OR_RETURN(int64_t offset, ParseMetaInt(kName, "offset", meta[0]));
   KV_ASSIGN_OR_RETURN(int64_t group_size, ParseMetaInt(kName, "group_size", meta[1]));
   KV_ASSIGN_OR_RETURN(int64_t bits, ParseMetaInt(kName, "bits", meta[2]));
-  if (!IsSupportedQuantization(static_cast<int>(bits), static_cast<int>(group_size)) ||
-      bits > 8 || group_size > 128) {
+  // Range first: the casts below must not truncate a hostile value into a valid one.
+  if (bits < 1 || bits > 8 || group_size < 1 || group_size > 128 ||
+      !IsSupportedQuantization(static_cast<int>(bits), static_cast<int>(group_size))) {
     return Status::InvalidArgument("QuantizedKVCache: meta_state bits " + std::to_string(bits) +
                                    " / group size " + std::to_string(group_size) +
                                    " are not supported");

@@ -361,7 +361,12 @@ Status ZstdSeekableReader::ReadFrame(size_t index, std::span<std::byte> out) con
   if (out.size() != f.decompressed_size) return Status::InvalidArgument("zstd ReadFrame: wrong output size");
   if (codec_ == ZstdCodec::kZstd) return DecompressContent(index, out);
   const size_t extra = index == 0 ? kMagicSize : 0;
-  thread_local std::vector<std::byte> content;  // reused: no allocation per frame
+  // Reused for frames of the usual size: no allocation per frame; a larger
+  // (possibly hostile) frame gets a buffer of its own, released afterwards.
+  thread_local std::vector<std::byte> reused;
+  std::vector<std::byte> own;
+  constexpr size_t kMaxReused = size_t{16} << 20;
+  std::vector<std::byte>& content = out.size() + extra <= kMaxReused ? reused : own;
   content.resize(out.size() + extra);
   KV_RETURN_IF_ERROR(DecompressContent(index, content));
   if (index == 0) {

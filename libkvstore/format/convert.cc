@@ -5,20 +5,24 @@
 
 #include "kvstore/prompt_cache_file.h"
 #include "libkvstore/format/reader_impl.h"
-#include "libkvstore/format/tree.h"
+#include "libkvstore/format/layout.h"
 #include "libkvstore/format/writer.h"
 #include "libkvstore/util/ordered_pipeline.h"
 
 namespace kvstore {
 namespace {
 
-// The input tensors that `layer`'s state views unchanged (plain inputs).
-std::set<size_t> CopiedTensors(const PromptCacheReader::Impl& r, const Cache& layer) {
+// The input tensors that layer `index` writes unchanged in `layout` (plain
+// inputs): exactly the tensors the writer will emit, so a tensor the layout
+// stores elsewhere (mlx-swift-lm keeps ArraysCache padding in the metadata)
+// is not counted as copied.
+std::set<size_t> CopiedTensors(const PromptCacheReader::Impl& r, const Cache& layer, size_t index,
+                               PromptCacheLayout layout) {
   std::set<size_t> copied;
-  Result<CacheState> state = layer.State();
-  std::vector<NamedArray> flat;
-  if (!state.ok() || !FlattenState(*state, "", flat).ok()) return copied;
-  for (const NamedArray& t : flat) {
+  Result<FlatLayer> flat = layout == PromptCacheLayout::kMlxSwiftLm ? FlattenLayerSwift(layer, index)
+                                                                    : FlattenLayerMlxLm(layer, index);
+  if (!flat.ok()) return copied;
+  for (const NamedArray& t : flat->tensors) {
     if (std::optional<size_t> i = r.ViewedTensor(t.array)) copied.insert(*i);
   }
   return copied;
@@ -49,15 +53,16 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
       Result<std::shared_ptr<Cache>> t = options.transform(i, layer);
       if (!t.ok()) return t.status().WithPrefix("layer " + std::to_string(i));
       result = std::move(t).value();
+      if (result == nullptr) return Status::InvalidArgument("layer " + std::to_string(i) + ": the transform returned no cache");
     }
     if (check_now && r.plain) {
-      const std::set<size_t> copied = CopiedTensors(r, *result);
+      const std::set<size_t> copied = CopiedTensors(r, *result, i, options.output.layout);
       std::vector<size_t> rest;
       for (size_t t : r.parsed.layers[i].tensors) {
         if (!copied.count(t)) rest.push_back(t);
       }
       if (!rest.empty()) {
-        KV_ASSIGN_OR_RETURN(std::vector<Array> arrays, r.Fetch(rest));
+        KV_ASSIGN_OR_RETURN(TensorArrays arrays, r.Fetch(rest));
         KV_RETURN_IF_ERROR(r.CheckTensors(rest, arrays));
       }
     }
@@ -71,8 +76,9 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
       if (!i) return std::nullopt;
       const std::string& name = r.header.tensors[*i].name;
       auto it = r.digests.find(name);
-      if (it == r.digests.end()) return std::nullopt;
-      return ExpectedDigest{it->second, "tensor \"" + name + "\" of " + in};
+      // A tensor the digest list leaves out cannot be vouched for.
+      if (it == r.digests.end()) return ExpectedDigest{Sha256Digest(), "tensor \"" + name + "\" of " + in, false};
+      return ExpectedDigest{it->second, "tensor \"" + name + "\" of " + in, true};
     };
   }
   SavePromptCacheOptions save = options.output;

@@ -42,7 +42,8 @@ Result<std::unique_ptr<Cache>> EmptyCache(const ParsedLayer& layer) {
   } else if (c == "QuantizedKVCache") {
     KV_ASSIGN_OR_RETURN(int64_t group, MetaInt(layer.meta, 1));
     KV_ASSIGN_OR_RETURN(int64_t bits, MetaInt(layer.meta, 2));
-    if (!IsSupportedQuantization(static_cast<int>(bits), static_cast<int>(group))) {
+    if (bits < 1 || bits > 8 || group < 1 || group > 128 ||
+        !IsSupportedQuantization(static_cast<int>(bits), static_cast<int>(group))) {
       return Status::InvalidArgument("QuantizedKVCache: unsupported bits/group_size");
     }
     cache = std::make_unique<QuantizedKVCache>(static_cast<int>(group), static_cast<int>(bits));
@@ -61,7 +62,7 @@ Result<std::unique_ptr<Cache>> EmptyCache(const ParsedLayer& layer) {
 
 }  // namespace
 
-Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const std::vector<Array>& arrays) {
+Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const TensorArrays& arrays) {
   KV_RETURN_IF_ERROR(layer.unsupported);
   if (layer.build_from_children) {
     std::vector<std::shared_ptr<Cache>> children;

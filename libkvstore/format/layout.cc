@@ -13,10 +13,10 @@ TensorTree TensorTree::Tensor(size_t index) { return TensorTree{Kind::kTensor, i
 TensorTree TensorTree::Value(Array value) { return TensorTree{Kind::kValue, 0, std::move(value), {}}; }
 TensorTree TensorTree::None() { return TensorTree{Kind::kNone, 0, Array(), {}}; }
 
-CacheState TensorTree::Resolve(const std::vector<Array>& arrays) const {
+CacheState TensorTree::Resolve(const TensorArrays& arrays) const {
   switch (kind) {
     case Kind::kNone: return CacheState::None();
-    case Kind::kTensor: return CacheState(arrays[tensor]);
+    case Kind::kTensor: return CacheState(arrays.at(tensor));
     case Kind::kValue: return CacheState(value);
     case Kind::kList: break;
   }
@@ -40,6 +40,7 @@ std::optional<std::pair<size_t, bool>> LegacyName(std::string_view name) {
   size_t index = 0;
   auto [end, ec] = std::from_chars(name.data(), name.data() + u, index);
   if (ec != std::errc() || end != name.data() + u) return std::nullopt;
+  if (u > 1 && name[0] == '0') return std::nullopt;  // "01_keys" would alias "1_keys"
   const std::string_view suffix = name.substr(u + 1);
   if (suffix != "keys" && suffix != "values") return std::nullopt;
   return std::make_pair(index, suffix == "keys");
@@ -163,27 +164,9 @@ Status ParseMlxLmLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
   return Status::OK();
 }
 
-// Splits the metadata into user metadata and the "0."/"2." trees; notes
-// mlx-swift-lm's model-state markers.
-Status SplitMetadata(const SafetensorsHeader& h, ParsedFile& out, MetaTrees& meta, bool& swift_state) {
-  for (const auto& [k, v] : h.metadata) {
-    if (StartsWith(k, "1.")) {
-      const std::string user_key = k.substr(2);
-      if (StartsWith(user_key, kSwiftStatePrefix)) {
-        swift_state = true;
-      } else if (!IsKvstoreMetadataKey(user_key)) {
-        out.user.emplace_back(user_key, v);
-      }
-      continue;
-    }
-    if (!StartsWith(k, "0.") && !StartsWith(k, "2.") && k != "0" && k != "2") {
-      return Status::NotSupported("unknown prompt-cache layout: metadata key \"" + k +
-                                  "\" is outside mlx-lm's 0./1./2. namespaces");
-    }
-    KV_RETURN_IF_ERROR(meta.tree.Insert(k, static_cast<int64_t>(meta.values.size())));
-    meta.values.push_back(v);
-  }
-  for (const TensorInfo& t : h.tensors) swift_state = swift_state || StartsWith(t.name, kSwiftStateTensorPrefix);
+// The "2." class names (list indices 0..n-1); strips and notes mlx-swift-lm's
+// model-state marker.
+Status ReadClassNames(MetaTrees& meta, bool& swift_state) {
   const NameTree* classes = meta.tree.Child("2");
   if (classes == nullptr) return Status::OK();
   auto class_list = classes->AsList();
@@ -202,6 +185,35 @@ Status SplitMetadata(const SafetensorsHeader& h, ParsedFile& out, MetaTrees& met
     }
     meta.classes.push_back(std::move(name));
   }
+  return Status::OK();
+}
+
+// Splits the metadata into user metadata and the "0."/"2." trees; notes
+// mlx-swift-lm's model-state markers.
+Status SplitMetadata(const SafetensorsHeader& h, ParsedFile& out, MetaTrees& meta, bool& swift_state) {
+  Metadata state_keys;  // "1.__mlx_lm_state_*": Swift's model state, or ordinary user keys
+  for (const auto& [k, v] : h.metadata) {
+    if (StartsWith(k, "1.")) {
+      const std::string user_key = k.substr(2);
+      if (StartsWith(user_key, kSwiftStatePrefix)) {
+        state_keys.emplace_back(user_key, v);
+      } else if (!IsKvstoreMetadataKey(user_key)) {
+        out.user.emplace_back(user_key, v);
+      }
+      continue;
+    }
+    if (!StartsWith(k, "0.") && !StartsWith(k, "2.") && k != "0" && k != "2") {
+      return Status::NotSupported("unknown prompt-cache layout: metadata key \"" + k +
+                                  "\" is outside mlx-lm's 0./1./2. namespaces");
+    }
+    KV_RETURN_IF_ERROR(meta.tree.Insert(k, static_cast<int64_t>(meta.values.size())));
+    meta.values.push_back(v);
+  }
+  for (const TensorInfo& t : h.tensors) swift_state = swift_state || StartsWith(t.name, kSwiftStateTensorPrefix);
+  KV_RETURN_IF_ERROR(ReadClassNames(meta, swift_state));
+  // Model state needs its tensors or its class-name marker; the keys alone
+  // are user metadata (mlx-lm writes whatever keys its caller gives it).
+  if (!swift_state) out.user.insert(out.user.end(), state_keys.begin(), state_keys.end());
   return Status::OK();
 }
 
@@ -246,9 +258,14 @@ Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index) {
     return Status::InvalidArgument("layer " + i + " (" + std::string(cache.class_name()) +
                                    ") cannot be saved: " + std::string(state.status().message()));
   }
+  const MetaState meta = cache.meta_state();
+  if (cache.class_name() == "ChunkedKVCache" && meta.is_list() && meta.size() > 0 && meta[0].is_string() &&
+      meta[0].str() == "None") {
+    return Status::InvalidArgument("layer " + i + " (ChunkedKVCache) has chunk size None, which mlx-lm cannot load");
+  }
   FlatLayer out;
   KV_RETURN_IF_ERROR(FlattenState(*state, i, out.tensors).WithPrefix("layer " + i));
-  FlattenMeta(cache.meta_state(), "0." + i, out.metadata);
+  FlattenMeta(meta, "0." + i, out.metadata);
   // MambaCache is saved under mlx-lm's current name (docs/compat.md).
   const std::string_view cls = cache.class_name() == "MambaCache" ? "ArraysCache" : cache.class_name();
   out.metadata.emplace_back("2." + i, std::string(cls));
@@ -260,9 +277,13 @@ Status CheckUserKey(const std::string& key, PromptCacheLayout layout) {
     return Status::InvalidArgument("user metadata key \"" + key + "\" is reserved by kvstore");
   }
   if (key.empty()) return Status::InvalidArgument("user metadata keys must not be empty");
+  if (StartsWith(key, kSwiftStatePrefix)) {
+    return Status::InvalidArgument("user metadata key \"" + key + "\" is reserved by mlx-swift-lm");
+  }
   if (layout == PromptCacheLayout::kMlxSwiftLm) {
-    if (StartsWith(key, kSwiftStatePrefix)) {
-      return Status::InvalidArgument("user metadata key \"" + key + "\" is reserved by mlx-swift-lm");
+    // Swift splits names at '.' and drops empty parts: "a..b" would come back as "a.b".
+    if (key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos) {
+      return Status::InvalidArgument("user metadata key \"" + key + "\" has an empty part between dots");
     }
     return Status::OK();
   }

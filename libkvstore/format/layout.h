@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvstore/cache.h"
@@ -20,6 +21,9 @@
 #include "libkvstore/format/tree.h"
 
 namespace kvstore {
+
+// Arrays of some of a header's tensors, by tensor index.
+using TensorArrays = std::unordered_map<size_t, Array>;
 
 // A state tree whose leaves are header tensor indices (or small arrays
 // carried in the metadata, e.g. mlx-swift-lm's left padding).
@@ -34,7 +38,8 @@ struct TensorTree {
   static TensorTree Value(Array value);
   static TensorTree None();
   // The CacheState with `arrays[i]` for tensor i.
-  CacheState Resolve(const std::vector<Array>& arrays) const;
+  // REQUIRES: `arrays` holds every tensor of the tree.
+  CacheState Resolve(const TensorArrays& arrays) const;
 };
 
 struct ParsedLayer {
@@ -73,9 +78,9 @@ struct ParsedFile {
 // Corruption for inconsistent files, naming the layer and the rule.
 Result<ParsedFile> ParseLayout(const SafetensorsHeader& header);
 
-// Builds layer `layer` from its parsed description; `arrays` holds the
-// header's tensors (only this layer's need to be defined).
-Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const std::vector<Array>& arrays);
+// Builds layer `layer` from its parsed description; `arrays` holds (at
+// least) this layer's tensors.
+Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const TensorArrays& arrays);
 
 // The offset the layer's cache has after load, from the header alone;
 // nullopt for classes without a scalar offset.

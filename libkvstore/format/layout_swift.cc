@@ -51,9 +51,22 @@ bool IsKvClass(std::string_view c) {
 // Which layout one layer's meta node suggests.
 enum class Hint { kNeutral, kMlxLm, kSwift };
 
-Hint LayerHint(std::string_view cls, const NameTree* meta, bool nested_tensor_names) {
+struct LayerEvidence {
+  bool nested_tensor_names = false;  // a name of three or more parts
+  size_t tensors = 0;
+};
+
+Hint LayerHint(std::string_view cls, const NameTree* meta, const LayerEvidence& e,
+               const std::vector<std::string>& values) {
   if (cls == "TurboQuantKVCache" || cls == "KVCacheSimple") return Hint::kSwift;
-  if (nested_tensor_names) return Hint::kMlxLm;  // Swift names are always "i.j"
+  if (e.nested_tensor_names) return Hint::kMlxLm;  // Swift names are always "i.j"
+  if (cls == "ChunkedKVCache") {
+    // Laid out alike, except what mlx-lm cannot save: a cache before its
+    // first update (no tensors) and Swift's default chunk size None.
+    const NameTree* chunk = meta == nullptr ? nullptr : meta->Child("0");
+    const bool none = chunk != nullptr && chunk->leaf >= 0 && values[static_cast<size_t>(chunk->leaf)] == "None";
+    return e.tensors == 0 || none ? Hint::kSwift : Hint::kNeutral;
+  }
   if (meta == nullptr) return Hint::kNeutral;
   if (meta->leaf >= 0) return Hint::kMlxLm;  // "0.i" = "" (Swift writes "0.i.0")
   for (const NameTree& c : meta->children) {
@@ -75,8 +88,10 @@ Result<std::vector<std::string>> SwiftMeta(const NameTree& node, const std::vect
   if (!list) return Bad(layer, "meta state keys are not list indices");
   std::vector<std::string> out;
   for (const NameTree* c : *list) {
-    if (c != nullptr && c->leaf < 0) return Bad(layer, "meta state is nested");
-    out.push_back(c == nullptr ? std::string() : values[static_cast<size_t>(c->leaf)]);
+    // mlx-swift-lm writes every index; a gap is not its file.
+    if (c == nullptr) return Bad(layer, "meta state index " + std::to_string(out.size()) + " is missing");
+    if (c->leaf < 0) return Bad(layer, "meta state is nested");
+    out.push_back(values[static_cast<size_t>(c->leaf)]);
   }
   return out;
 }
@@ -190,6 +205,10 @@ Status ParseCacheList(const SwiftInput& in, const std::vector<std::string>& meta
     m += static_cast<size_t>(*n_meta);
     t += static_cast<size_t>(*n_state);
     KV_ASSIGN_OR_RETURN(ParsedLayer child, ParseSwiftLayer(in, child_class, child_meta, child_tensors, depth + 1));
+    if (!child.unsupported.ok() && layer.unsupported.ok()) {
+      layer.unsupported = Status(child.unsupported.code(),
+                                 "child " + std::to_string(c) + ": " + std::string(child.unsupported.message()));
+    }
     names.emplace_back(child.class_name);
     metas.push_back(child.meta);
     layer.state.items.push_back(child.state);
@@ -268,18 +287,21 @@ Result<ParsedLayer> ParseSwiftLayer(const SwiftInput& in, const std::string& cls
 
 Result<bool> IsSwiftLayout(const SafetensorsHeader& h, const MetaTrees& meta) {
   const size_t layers = meta.classes.size();
-  std::vector<bool> nested(layers, false);
+  std::vector<LayerEvidence> evidence(layers);
   for (const TensorInfo& t : h.tensors) {
     const size_t dot = t.name.find('.');
-    if (dot == std::string::npos || t.name.find('.', dot + 1) == std::string::npos) continue;
+    if (dot == std::string::npos) continue;
     std::optional<int64_t> i = ParseInt(std::string_view(t.name).substr(0, dot));
-    if (i && *i >= 0 && static_cast<size_t>(*i) < layers) nested[static_cast<size_t>(*i)] = true;
+    if (!i || *i < 0 || static_cast<size_t>(*i) >= layers) continue;
+    LayerEvidence& e = evidence[static_cast<size_t>(*i)];
+    ++e.tensors;
+    e.nested_tensor_names = e.nested_tensor_names || t.name.find('.', dot + 1) != std::string::npos;
   }
   const NameTree* metas = meta.tree.Child("0");
   std::optional<size_t> mlx_layer, swift_layer;
   for (size_t i = 0; i < layers; ++i) {
     const NameTree* node = metas == nullptr ? nullptr : metas->Child(std::to_string(i));
-    const Hint hint = LayerHint(meta.classes[i], node, nested[i]);
+    const Hint hint = LayerHint(meta.classes[i], node, evidence[i], meta.values);
     if (hint == Hint::kMlxLm && !mlx_layer) mlx_layer = i;
     if (hint == Hint::kSwift && !swift_layer) swift_layer = i;
   }

@@ -2,6 +2,7 @@
 // its header and layout, and builds layers on demand (docs/format.md §5-6).
 #include <algorithm>
 #include <functional>
+#include <unordered_set>
 
 #include "kvstore/json.h"
 #include "libkvstore/format/digests.h"
@@ -90,8 +91,8 @@ Status PromptCacheReader::Impl::CheckHeaderDigest() const {
   return Status::OK();
 }
 
-Result<std::vector<Array>> PromptCacheReader::Impl::Fetch(const std::vector<size_t>& indices) const {
-  std::vector<Array> arrays(header.tensors.size());
+Result<TensorArrays> PromptCacheReader::Impl::Fetch(const std::vector<size_t>& indices) const {
+  TensorArrays arrays;
   if (plain) {
     for (size_t i : indices) {
       if (prefetch) plain->file().WillRead(header.data_offset() + header.tensors[i].begin, header.tensors[i].nbytes());
@@ -125,12 +126,16 @@ Result<std::vector<Array>> PromptCacheReader::Impl::Fetch(const std::vector<size
 }
 
 Status PromptCacheReader::Impl::CheckTensors(const std::vector<size_t>& indices,
-                                             const std::vector<Array>& arrays) const {
+                                             const TensorArrays& arrays) const {
   std::vector<int> bad(indices.size(), 0);
-  KV_RETURN_IF_ERROR(ParallelFor(indices.size(), threads, [&](size_t k) {
+  uint64_t bytes = 0;
+  for (size_t i : indices) bytes += header.tensors[i].nbytes();
+  // Small layers are hashed on this thread: starting workers would cost more.
+  const int workers = bytes < (uint64_t{1} << 20) ? 1 : threads;
+  KV_RETURN_IF_ERROR(ParallelFor(indices.size(), workers, [&](size_t k) {
     const size_t i = indices[k];
     auto it = digests.find(header.tensors[i].name);
-    bad[k] = it == digests.end() || Sha256(arrays[i]) != it->second;
+    bad[k] = it == digests.end() || Sha256(arrays.at(i)) != it->second;
     return Status::OK();
   }));
   for (size_t k = 0; k < indices.size(); ++k) {
@@ -235,7 +240,7 @@ Result<std::shared_ptr<Cache>> PromptCacheReader::ReadLayer(size_t index, bool v
     return Status::NotSupported(where + ": " + std::string(layer.unsupported.message()));
   }
   if (verify) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
-  KV_ASSIGN_OR_RETURN(std::vector<Array> arrays, r.Fetch(layer.tensors));
+  KV_ASSIGN_OR_RETURN(TensorArrays arrays, r.Fetch(layer.tensors));
   if (verify) KV_RETURN_IF_ERROR(r.CheckTensors(layer.tensors, arrays));
   Result<std::unique_ptr<Cache>> built = BuildLayer(layer, arrays);
   if (!built.ok()) {
@@ -262,22 +267,25 @@ Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& pr
   // Batches of tensors keep memory bounded for compressed files and let the
   // caller's progress callback run on this thread.
   uint64_t done = 0;
-  const size_t batch = static_cast<size_t>(std::max(1, threads > 0 ? threads : DefaultThreads())) * 2;
-  for (size_t first = 0; first < tensors.size(); first += batch) {
-    const size_t last = std::min(tensors.size(), first + batch);
+  // A batch is at least 64 MiB (or every tensor left): enough work for all
+  // workers, few thread starts for files of many small tensors.
+  constexpr uint64_t kBatchBytes = uint64_t{64} << 20;
+  for (size_t first = 0, last = 0; first < tensors.size(); first = last) {
+    uint64_t bytes = 0;
+    for (last = first; last < tensors.size() && (bytes < kBatchBytes || last == first); ++last) {
+      bytes += tensors[last].nbytes();
+    }
     std::vector<size_t> indices;
     for (size_t i = first; i < last; ++i) indices.push_back(i);
-    std::vector<Array> arrays;
-    if (r.plain) {
-      arrays.resize(tensors.size());
-    } else {
-      KV_ASSIGN_OR_RETURN(arrays, r.Fetch(indices));
-    }
+    // Plain files are hashed straight from the mapping.
+    const Result<TensorArrays> fetched = r.plain ? Result<TensorArrays>(TensorArrays{}) : r.Fetch(indices);
+    if (!fetched.ok()) return fetched.status();
+    const TensorArrays& arrays = *fetched;
     KV_RETURN_IF_ERROR(ParallelFor(indices.size(), threads, [&](size_t k) {
       const size_t i = indices[k];
       auto it = r.digests.find(tensors[i].name);
       if (r.plain) r.plain->file().WillRead(r.header.data_offset() + tensors[i].begin, tensors[i].nbytes());
-      const Sha256Digest got = r.plain ? Sha256(r.plain->TensorBytes(tensors[i])) : Sha256(arrays[i]);
+      const Sha256Digest got = r.plain ? Sha256(r.plain->TensorBytes(tensors[i])) : Sha256(arrays.at(i));
       bad[i] = it == r.digests.end() || it->second != got;
       return Status::OK();
     }));
@@ -288,8 +296,11 @@ Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& pr
     report.bytes_hashed += tensors[i].nbytes();
     if (bad[i]) report.mismatches.push_back(tensors[i].name);
   }
+  // Digests of tensors the file does not have.
+  std::unordered_set<std::string_view> names;
+  for (const TensorInfo& t : tensors) names.insert(t.name);
   for (const auto& [name, d] : r.digests) {
-    if (r.header.FindTensor(name) == nullptr) report.mismatches.push_back(name);
+    if (!names.count(name)) report.mismatches.push_back(name);
   }
   return report;
 }

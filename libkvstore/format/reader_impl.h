@@ -32,14 +32,13 @@ struct PromptCacheReader::Impl {
   bool header_digest_ok = false;   // the header digest is present and matches
   bool digests_readable = false;   // both digest entries present and well formed
 
-  // The header's tensors `indices` (others left undefined), indexed like
-  // header.tensors. Plain files: views of the mapping (populated first when
+  // The header's tensors `indices`, by index. Plain files: views of the mapping (populated first when
   // `prefetch`); compressed files: decompressed on all cores.
-  Result<std::vector<Array>> Fetch(const std::vector<size_t>& indices) const;
+  Result<TensorArrays> Fetch(const std::vector<size_t>& indices) const;
 
   // Checks tensors against their stored digests (arrays as Fetch returned
   // them). Corruption naming the first mismatching tensor.
-  Status CheckTensors(const std::vector<size_t>& indices, const std::vector<Array>& arrays) const;
+  Status CheckTensors(const std::vector<size_t>& indices, const TensorArrays& arrays) const;
 
   // For a plain file: the index of the tensor whose bytes `a` views exactly
   // (same storage, offset, dtype and shape, contiguous); nullopt otherwise.

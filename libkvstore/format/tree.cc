@@ -28,36 +28,34 @@ void FlattenMeta(const MetaState& meta, const std::string& prefix, Metadata& out
 }
 
 const NameTree* NameTree::Child(std::string_view l) const {
-  for (const NameTree& c : children) {
-    if (c.label == l) return &c;
-  }
-  return nullptr;
+  auto it = index.find(std::string(l));
+  return it == index.end() ? nullptr : &children[it->second];
 }
 
-Status NameTree::Insert(std::string_view name, int64_t index) {
+Status NameTree::Insert(std::string_view name, int64_t value_index) {
+  const std::string_view full = name;
   NameTree* node = this;
+  size_t parts = 0;
   while (true) {
+    if (++parts > kMaxNameParts) {
+      return Status::Corruption("name \"" + std::string(full.substr(0, 64)) + "...\" has more than " +
+                                std::to_string(kMaxNameParts) + " parts");
+    }
     const size_t dot = name.find('.');
-    const std::string_view part = name.substr(0, dot);
-    NameTree* child = nullptr;
-    for (NameTree& c : node->children) {
-      if (c.label == part) child = &c;
-    }
-    if (child == nullptr) {
-      node->children.push_back(NameTree{std::string(part), -1, {}});
-      child = &node->children.back();
-    }
-    node = child;
+    const std::string part(name.substr(0, dot));
+    auto [it, added] = node->index.emplace(part, node->children.size());
+    if (added) node->children.push_back(NameTree{part, -1, {}, {}});
+    node = &node->children[it->second];
     if (dot == std::string_view::npos) break;
     if (node->leaf >= 0) {
-      return Status::Corruption("name \"" + std::string(name) + "\" extends another name's value");
+      return Status::Corruption("name \"" + std::string(full) + "\" extends another name's value");
     }
     name.remove_prefix(dot + 1);
   }
   if (node->leaf >= 0 || !node->children.empty()) {
-    return Status::Corruption("name \"" + std::string(name) + "\" is both a value and a prefix, or repeats");
+    return Status::Corruption("name \"" + std::string(full) + "\" is both a value and a prefix, or repeats");
   }
-  node->leaf = index;
+  node->leaf = value_index;
   return Status::OK();
 }
 
@@ -82,6 +80,7 @@ std::optional<std::vector<const NameTree*>> NameTree::AsList() const {
     if (!i || *i >= kMaxListLength) return std::nullopt;
     n = std::max(n, *i + 1);
   }
+  if (n > 2 * children.size() + 64) return std::nullopt;
   std::vector<const NameTree*> out(n, nullptr);
   for (const NameTree& c : children) out[*PlainIndex(c.label)] = &c;
   return out;

@@ -5,6 +5,7 @@
 #define KVSTORE_LIBKVSTORE_FORMAT_TREE_H_
 
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -20,19 +21,26 @@ Status FlattenState(const CacheState& state, const std::string& prefix,
 // Appends (prefix.path, string) for every leaf.
 void FlattenMeta(const MetaState& meta, const std::string& prefix, Metadata& out);
 
+// Names deeper than this are refused (the trees are walked recursively).
+inline constexpr size_t kMaxNameParts = 32;
+
 // A tree of dot-separated names, children in first-appearance order.
 struct NameTree {
   std::string label;
   int64_t leaf = -1;  // index of the value when this node names one
   std::vector<NameTree> children;
+  std::unordered_map<std::string, size_t> index;  // label -> position in children
 
   // Inserts `name` (split at '.') for value `index`. Corruption when a name
-  // is both a value and a prefix of another, or repeats.
-  Status Insert(std::string_view name, int64_t index);
+  // is both a value and a prefix of another, repeats, or has more than
+  // kMaxNameParts parts.
+  Status Insert(std::string_view name, int64_t value_index);
   const NameTree* Child(std::string_view label) const;
   // Children as a list when every label is a plain decimal integer (no sign,
-  // no leading zeros unless "0") and labels are distinct: element i is the
-  // child labelled i or nullptr for a gap. nullopt when not a list.
+  // no leading zeros unless "0"), labels are distinct and the gaps are few
+  // (length at most 2 x children + 64, so that a few hostile names cannot
+  // make a huge list): element i is the child labelled i or nullptr for a
+  // gap. nullopt when not a list.
   std::optional<std::vector<const NameTree*>> AsList() const;
 };
 

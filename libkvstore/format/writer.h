@@ -26,6 +26,7 @@ namespace kvstore {
 struct ExpectedDigest {
   Sha256Digest digest;
   std::string source;
+  bool stored = true;  // false: the source stores no digest for it (always a mismatch)
 };
 
 struct WriterHooks {

@@ -7,6 +7,7 @@
 #include "kvstore/json.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <cassert>
 #include <charconv>
 #include <cmath>
@@ -184,6 +185,7 @@ class Parser {
     if (depth > options_.max_depth) return Error("nesting deeper than the limit");
     ++pos_;  // '{'
     Json::Object members;
+    std::unordered_set<std::string> seen;  // duplicate check in O(1) per key
     SkipSpace();
     if (pos_ < text_.size() && text_[pos_] == '}') {
       ++pos_;
@@ -196,13 +198,9 @@ class Parser {
       const size_t key_pos = pos_;
       std::string key;
       KV_RETURN_IF_ERROR(ParseString(key));
-      if (options_.reject_duplicate_keys) {
-        for (const auto& m : members) {
-          if (m.first == key) {
-            pos_ = key_pos;
-            return Error("duplicate key \"" + key + "\"");
-          }
-        }
+      if (options_.reject_duplicate_keys && !seen.insert(key).second) {
+        pos_ = key_pos;
+        return Error("duplicate key \"" + key + "\"");
       }
       SkipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':') return Error("expected ':'");
