@@ -76,7 +76,7 @@ std::optional<std::string> ParseTransform(const ConvertArgs& a, LayerTransform& 
 }
 
 int RunConvert(ConvertArgs a) {
-  if ((a.compress_flag || a.compress) && a.decompress) {
+  if (a.compress_flag && a.decompress) {
     return Fail(kExitUsage, "--compress and --decompress exclude each other");
   }
   if (a.integrity && a.no_integrity) return Fail(kExitUsage, "--integrity and --no-integrity exclude each other");
@@ -102,7 +102,6 @@ int RunConvert(ConvertArgs a) {
   const int default_level = codec == kvstore::ZstdCodec::kBytePlane ? 1 : 3;
   std::optional<int> level = a.decompress ? std::nullopt : same.compression_level;
   if (a.compress_flag || !a.codec.empty()) level = a.compress.value_or(default_level);
-  if (level && !a.compress && !a.compress_flag && a.codec.empty()) level = default_level;
   kvstore::PromptCacheLayout layout = same.layout;
   if (!a.to.empty()) {
     layout = a.to == "mlx-swift-lm" ? kvstore::PromptCacheLayout::kMlxSwiftLm : kvstore::PromptCacheLayout::kMlxLm;

@@ -95,7 +95,7 @@ int RunInspect(const InspectArgs& a) {
     verified = report->ok();
     mismatches = report->mismatches;
   }
-  const std::string format = info->compression ? "safetensors+" + info->compression->codec : "safetensors";
+  const std::string format = info->format();
   if (a.json) {
     Json out = Json::MakeObject();
     out["path"] = Json(a.path);

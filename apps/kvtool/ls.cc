@@ -45,7 +45,7 @@ int RunLs(const LsArgs& a) {
     }
     ++caches;
     const int64_t tokens = info->tokens().value_or(-1);
-    const std::string format = info->compression ? "safetensors+" + info->compression->codec : "safetensors";
+    const std::string format = info->format();
     const std::string layout(kvstore::LayoutName(info->layout));
     if (a.json) {
       Json f = Json::MakeObject();

@@ -148,6 +148,8 @@ struct PromptCacheInfo {
   // The largest offset of any layer or CacheList child: the tokens the
   // cache holds. nullopt when no layer has an offset.
   std::optional<int64_t> tokens() const;
+  // "safetensors", or "safetensors+<codec>" for a compressed file.
+  std::string format() const;
 };
 
 Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,

@@ -162,6 +162,10 @@ Result<SafetensorsLayout> PlanSafetensors(std::span<const TensorInfo> tensors,
                                           const Metadata& metadata,
                                           const SafetensorsWriteOptions& options = {});
 
+// Appends an array's elements in row-major order (its bytes in a safetensors
+// data section), run by run: a strided view needs no dense copy.
+Status AppendArrayBytes(WritableFile& out, const Array& array);
+
 // Streams a whole file to `out`: the header, then each tensor's elements in
 // the layout's data order (strided views are written without a full copy).
 // Same inputs give the same bytes.

@@ -61,10 +61,7 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
       for (size_t t : r.parsed.layers[i].tensors) {
         if (!copied.count(t)) rest.push_back(t);
       }
-      if (!rest.empty()) {
-        KV_ASSIGN_OR_RETURN(TensorArrays arrays, r.Fetch(rest));
-        KV_RETURN_IF_ERROR(r.CheckTensors(rest, arrays));
-      }
+      if (!rest.empty()) KV_RETURN_IF_ERROR(r.CheckTensors(rest, TensorArrays{}));  // hashed in the mapping
     }
     checked[i] = true;
     return std::shared_ptr<const Cache>(std::move(result));

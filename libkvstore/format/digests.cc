@@ -1,7 +1,6 @@
 #include "libkvstore/format/digests.h"
 
 #include "kvstore/json.h"
-#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 
@@ -26,17 +25,6 @@ std::string CanonicalHeader(const std::vector<TensorInfo>& tensors, const Metada
   Json::DumpOptions sorted;
   sorted.sort_keys = true;
   return root.Dump(sorted);
-}
-
-Result<std::map<std::string, Sha256Digest>> DigestArrays(const std::vector<NamedArray>& tensors, int threads) {
-  std::vector<Sha256Digest> digests(tensors.size());
-  KV_RETURN_IF_ERROR(ParallelFor(tensors.size(), threads, [&](size_t i) {
-    digests[i] = Sha256(tensors[i].array);
-    return Status::OK();
-  }));
-  std::map<std::string, Sha256Digest> out;
-  for (size_t i = 0; i < tensors.size(); ++i) out[tensors[i].name] = digests[i];
-  return out;
 }
 
 std::string DigestsToJson(const std::map<std::string, Sha256Digest>& digests) {

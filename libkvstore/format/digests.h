@@ -21,9 +21,6 @@ inline constexpr std::string_view kHeaderDigestMetaKey = "1.kvstore_sha256_heade
 // Canonical header text for (name, dtype, shape) entries and metadata.
 std::string CanonicalHeader(const std::vector<TensorInfo>& tensors, const Metadata& metadata);
 
-// Digests of each named array, hashed in parallel.
-Result<std::map<std::string, Sha256Digest>> DigestArrays(const std::vector<NamedArray>& tensors, int threads);
-
 // {"name": "hex", ...} (sorted) and its inverse.
 std::string DigestsToJson(const std::map<std::string, Sha256Digest>& digests);
 Result<std::map<std::string, Sha256Digest>> DigestsFromJson(std::string_view json);

@@ -1,7 +1,5 @@
 // Building a cache from a parsed layer description, and what the header
 // alone says about it (docs/format.md §5).
-#include <charconv>
-
 #include "kvstore/arrays_cache.h"
 #include "kvstore/cache_list.h"
 #include "kvstore/chunked_kv_cache.h"
@@ -16,14 +14,10 @@ namespace kvstore {
 namespace {
 
 Result<int64_t> MetaInt(const MetaState& m, size_t i) {
-  int64_t v = 0;
   if (!m.is_list() || i >= m.size() || !m[i].is_string()) return Status::InvalidArgument("meta state too short");
-  const std::string& s = m[i].str();
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) {
-    return Status::InvalidArgument("meta state entry \"" + s + "\" is not an integer");
-  }
-  return v;
+  std::optional<int64_t> v = ParseDecimal(m[i].str());
+  if (!v) return Status::InvalidArgument("meta state entry \"" + m[i].str() + "\" is not an integer");
+  return *v;
 }
 
 // A cache saved before its first update (mlx-swift-lm writes no tensors for

@@ -25,9 +25,14 @@ CacheState TensorTree::Resolve(const TensorArrays& arrays) const {
   return CacheState(std::move(list));
 }
 
-namespace {
+std::optional<int64_t> ParseDecimal(std::string_view s) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
 
-bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+namespace {
 
 constexpr std::string_view kSwiftStatePrefix = "__mlx_lm_state_";
 constexpr std::string_view kSwiftStateClassPrefix = "__mlx_lm_state_v1__:";
@@ -48,7 +53,7 @@ std::optional<std::pair<size_t, bool>> LegacyName(std::string_view name) {
 
 bool IsLegacyFile(const SafetensorsHeader& h) {
   for (const auto& [k, v] : h.metadata) {
-    if (StartsWith(k, "2.")) return false;
+    if (k.starts_with("2.")) return false;
   }
   return !h.tensors.empty() && std::all_of(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& t) {
     return LegacyName(t.name).has_value();
@@ -179,7 +184,7 @@ Status ReadClassNames(MetaTrees& meta, bool& swift_state) {
       return Status::Corruption("class name of layer " + std::to_string(i) + " is missing");
     }
     std::string name = meta.values[static_cast<size_t>(c->leaf)];
-    if (StartsWith(name, kSwiftStateClassPrefix)) {
+    if (name.starts_with(kSwiftStateClassPrefix)) {
       swift_state = true;
       name = name.substr(kSwiftStateClassPrefix.size());
     }
@@ -193,23 +198,23 @@ Status ReadClassNames(MetaTrees& meta, bool& swift_state) {
 Status SplitMetadata(const SafetensorsHeader& h, ParsedFile& out, MetaTrees& meta, bool& swift_state) {
   Metadata state_keys;  // "1.__mlx_lm_state_*": Swift's model state, or ordinary user keys
   for (const auto& [k, v] : h.metadata) {
-    if (StartsWith(k, "1.")) {
+    if (k.starts_with("1.")) {
       const std::string user_key = k.substr(2);
-      if (StartsWith(user_key, kSwiftStatePrefix)) {
+      if (user_key.starts_with(kSwiftStatePrefix)) {
         state_keys.emplace_back(user_key, v);
       } else if (!IsKvstoreMetadataKey(user_key)) {
         out.user.emplace_back(user_key, v);
       }
       continue;
     }
-    if (!StartsWith(k, "0.") && !StartsWith(k, "2.") && k != "0" && k != "2") {
+    if (!k.starts_with("0.") && !k.starts_with("2.") && k != "0" && k != "2") {
       return Status::NotSupported("unknown prompt-cache layout: metadata key \"" + k +
                                   "\" is outside mlx-lm's 0./1./2. namespaces");
     }
     KV_RETURN_IF_ERROR(meta.tree.Insert(k, static_cast<int64_t>(meta.values.size())));
     meta.values.push_back(v);
   }
-  for (const TensorInfo& t : h.tensors) swift_state = swift_state || StartsWith(t.name, kSwiftStateTensorPrefix);
+  for (const TensorInfo& t : h.tensors) swift_state = swift_state || t.name.starts_with(kSwiftStateTensorPrefix);
   KV_RETURN_IF_ERROR(ReadClassNames(meta, swift_state));
   // Model state needs its tensors or its class-name marker; the keys alone
   // are user metadata (mlx-lm writes whatever keys its caller gives it).
@@ -277,7 +282,7 @@ Status CheckUserKey(const std::string& key, PromptCacheLayout layout) {
     return Status::InvalidArgument("user metadata key \"" + key + "\" is reserved by kvstore");
   }
   if (key.empty()) return Status::InvalidArgument("user metadata keys must not be empty");
-  if (StartsWith(key, kSwiftStatePrefix)) {
+  if (key.starts_with(kSwiftStatePrefix)) {
     return Status::InvalidArgument("user metadata key \"" + key + "\" is reserved by mlx-swift-lm");
   }
   if (layout == PromptCacheLayout::kMlxSwiftLm) {

@@ -11,7 +11,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -85,6 +87,9 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const Tensor
 // The offset the layer's cache has after load, from the header alone;
 // nullopt for classes without a scalar offset.
 std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header);
+
+// A whole string as a plain decimal int64 ("-" allowed); nullopt otherwise.
+std::optional<int64_t> ParseDecimal(std::string_view s);
 
 // ---- mlx-swift-lm (layout_swift.cc, layout_swift_write.cc) ----
 

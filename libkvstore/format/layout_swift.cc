@@ -7,7 +7,6 @@
 // QuantizedKVCache with a step and flat arrays, ArraysCache and CacheList
 // describing their structure in the meta strings).
 #include <algorithm>
-#include <charconv>
 
 #include "kvstore/arrays_cache.h"
 #include "libkvstore/format/layout.h"
@@ -22,20 +21,13 @@ Status Bad(size_t layer, const std::string& what) {
   return Status::Corruption("mlx-swift-lm layer " + std::to_string(layer) + ": " + what);
 }
 
-std::optional<int64_t> ParseInt(std::string_view s) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 // "3,0,12" -> {3, 0, 12}; "" -> {}.
 std::optional<std::vector<int64_t>> ParseCsv(std::string_view s) {
   std::vector<int64_t> out;
   if (s.empty()) return out;
   while (true) {
     const size_t comma = s.find(',');
-    std::optional<int64_t> v = ParseInt(s.substr(0, comma));
+    std::optional<int64_t> v = ParseDecimal(s.substr(0, comma));
     if (!v || out.size() >= kMaxCsvValues) return std::nullopt;
     out.push_back(*v);
     if (comma == std::string_view::npos) return out;
@@ -114,7 +106,7 @@ Result<std::vector<int64_t>> Ints(const SwiftInput& in, const std::vector<std::s
                                   const std::string& cls) {
   std::vector<int64_t> out;
   for (size_t i = 0; i < n; ++i) {
-    std::optional<int64_t> v = ParseInt(meta[i]);
+    std::optional<int64_t> v = ParseDecimal(meta[i]);
     if (!v) return Bad(in.layer, cls + " meta state entry \"" + meta[i] + "\" is not an integer");
     out.push_back(*v);
   }
@@ -143,7 +135,7 @@ Result<ParsedLayer> ParseSwiftLayer(const SwiftInput& in, const std::string& cls
 
 Status ParseArraysCache(const SwiftInput& in, const std::vector<std::string>& meta, ParsedLayer& layer) {
   layer.meta = MetaState("");
-  const std::optional<int64_t> slot_count = meta.size() >= 2 ? ParseInt(meta[0]) : std::nullopt;
+  const std::optional<int64_t> slot_count = meta.size() >= 2 ? ParseDecimal(meta[0]) : std::nullopt;
   if (!slot_count) {  // Swift's legacy form: meta [""], the slots compacted
     layer.legacy_arrays = true;
     for (size_t t : layer.tensors) layer.state.items.push_back(TensorTree::Tensor(t));
@@ -181,7 +173,7 @@ Status ParseArraysCache(const SwiftInput& in, const std::vector<std::string>& me
 
 Status ParseCacheList(const SwiftInput& in, const std::vector<std::string>& meta, ParsedLayer& layer, int depth) {
   if (depth >= kMaxSwiftCacheListDepth) return Bad(in.layer, "CacheList nesting too deep");
-  const std::optional<int64_t> count = meta.empty() ? std::nullopt : ParseInt(meta[0]);
+  const std::optional<int64_t> count = meta.empty() ? std::nullopt : ParseDecimal(meta[0]);
   if (!count || *count < 0 || static_cast<size_t>(*count) > meta.size()) {
     return Bad(in.layer, "CacheList child count is missing or out of range");
   }
@@ -190,8 +182,8 @@ Status ParseCacheList(const SwiftInput& in, const std::vector<std::string>& meta
   for (int64_t c = 0; c < *count; ++c) {
     if (m + 3 > meta.size()) return Bad(in.layer, "CacheList meta state is truncated");
     const std::string& child_class = meta[m];
-    const std::optional<int64_t> n_state = ParseInt(meta[m + 1]);
-    const std::optional<int64_t> n_meta = ParseInt(meta[m + 2]);
+    const std::optional<int64_t> n_state = ParseDecimal(meta[m + 1]);
+    const std::optional<int64_t> n_meta = ParseDecimal(meta[m + 2]);
     m += 3;
     if (!n_state || !n_meta || *n_state < 0 || *n_meta < 0 ||
         static_cast<uint64_t>(*n_meta) > meta.size() - m ||
@@ -291,7 +283,7 @@ Result<bool> IsSwiftLayout(const SafetensorsHeader& h, const MetaTrees& meta) {
   for (const TensorInfo& t : h.tensors) {
     const size_t dot = t.name.find('.');
     if (dot == std::string::npos) continue;
-    std::optional<int64_t> i = ParseInt(std::string_view(t.name).substr(0, dot));
+    std::optional<int64_t> i = ParseDecimal(std::string_view(t.name).substr(0, dot));
     if (!i || *i < 0 || static_cast<size_t>(*i) >= layers) continue;
     LayerEvidence& e = evidence[static_cast<size_t>(*i)];
     ++e.tensors;
@@ -338,8 +330,8 @@ Status ParseSwiftLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
     const std::string& name = h.tensors[k].name;
     if (name.starts_with(kSwiftStateTensorPrefix)) continue;
     const size_t dot = name.find('.');
-    std::optional<int64_t> i = dot == std::string::npos ? std::nullopt : ParseInt(std::string_view(name).substr(0, dot));
-    std::optional<int64_t> j = dot == std::string::npos ? std::nullopt : ParseInt(std::string_view(name).substr(dot + 1));
+    std::optional<int64_t> i = dot == std::string::npos ? std::nullopt : ParseDecimal(std::string_view(name).substr(0, dot));
+    std::optional<int64_t> j = dot == std::string::npos ? std::nullopt : ParseDecimal(std::string_view(name).substr(dot + 1));
     if (!i || !j || *i < 0 || *j < 0 || static_cast<size_t>(*i) >= layers ||
         name != std::to_string(*i) + "." + std::to_string(*j)) {
       return Status::Corruption("mlx-swift-lm: tensor name \"" + name + "\" is not <layer>.<index>");

@@ -125,25 +125,37 @@ Result<TensorArrays> PromptCacheReader::Impl::Fetch(const std::vector<size_t>& i
   return arrays;
 }
 
+std::vector<size_t> PromptCacheReader::Impl::Mismatches(const std::vector<size_t>& indices,
+                                                        const TensorArrays& arrays, int workers) const {
+  std::vector<char> bad(indices.size(), 0);
+  (void)ParallelFor(indices.size(), workers, [&](size_t k) {
+    const TensorInfo& t = header.tensors[indices[k]];
+    Sha256Digest got;
+    if (plain) {
+      plain->file().WillRead(header.data_offset() + t.begin, t.nbytes());
+      got = Sha256(plain->TensorBytes(t));
+    } else {
+      got = Sha256(arrays.at(indices[k]));
+    }
+    auto it = digests.find(t.name);
+    bad[k] = it == digests.end() || it->second != got;
+    return Status::OK();
+  });
+  std::vector<size_t> out;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (bad[k]) out.push_back(indices[k]);
+  }
+  return out;
+}
+
 Status PromptCacheReader::Impl::CheckTensors(const std::vector<size_t>& indices,
                                              const TensorArrays& arrays) const {
-  std::vector<int> bad(indices.size(), 0);
   uint64_t bytes = 0;
   for (size_t i : indices) bytes += header.tensors[i].nbytes();
   // Small layers are hashed on this thread: starting workers would cost more.
-  const int workers = bytes < (uint64_t{1} << 20) ? 1 : threads;
-  KV_RETURN_IF_ERROR(ParallelFor(indices.size(), workers, [&](size_t k) {
-    const size_t i = indices[k];
-    auto it = digests.find(header.tensors[i].name);
-    bad[k] = it == digests.end() || Sha256(arrays.at(i)) != it->second;
-    return Status::OK();
-  }));
-  for (size_t k = 0; k < indices.size(); ++k) {
-    if (bad[k]) {
-      return Status::Corruption(path + ": integrity check failed for tensor \"" + header.tensors[indices[k]].name + "\"");
-    }
-  }
-  return Status::OK();
+  const std::vector<size_t> bad = Mismatches(indices, arrays, bytes < (uint64_t{1} << 20) ? 1 : threads);
+  if (bad.empty()) return Status::OK();
+  return Status::Corruption(path + ": integrity check failed for tensor \"" + header.tensors[bad[0]].name + "\"");
 }
 
 std::optional<size_t> PromptCacheReader::Impl::ViewedTensor(const Array& a) const {
@@ -170,6 +182,10 @@ std::optional<int64_t> PromptCacheInfo::tokens() const {
   };
   for (const LayerInfo& l : layers) scan(l);
   return best;
+}
+
+std::string PromptCacheInfo::format() const {
+  return compression ? "safetensors+" + compression->codec : "safetensors";
 }
 
 PromptCacheReader::PromptCacheReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -263,7 +279,6 @@ Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& pr
   if (!r.digests_readable) return report;
   const auto& tensors = r.header.tensors;
   const uint64_t total = r.header.data_size;
-  std::vector<int> bad(tensors.size(), 0);
   // Batches of tensors keep memory bounded for compressed files and let the
   // caller's progress callback run on this thread.
   uint64_t done = 0;
@@ -280,22 +295,11 @@ Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& pr
     // Plain files are hashed straight from the mapping.
     const Result<TensorArrays> fetched = r.plain ? Result<TensorArrays>(TensorArrays{}) : r.Fetch(indices);
     if (!fetched.ok()) return fetched.status();
-    const TensorArrays& arrays = *fetched;
-    KV_RETURN_IF_ERROR(ParallelFor(indices.size(), threads, [&](size_t k) {
-      const size_t i = indices[k];
-      auto it = r.digests.find(tensors[i].name);
-      if (r.plain) r.plain->file().WillRead(r.header.data_offset() + tensors[i].begin, tensors[i].nbytes());
-      const Sha256Digest got = r.plain ? Sha256(r.plain->TensorBytes(tensors[i])) : Sha256(arrays.at(i));
-      bad[i] = it == r.digests.end() || it->second != got;
-      return Status::OK();
-    }));
-    for (size_t i : indices) done += tensors[i].nbytes();
+    for (size_t i : r.Mismatches(indices, *fetched, threads)) report.mismatches.push_back(tensors[i].name);
+    done += bytes;
     if (progress) progress(done, total);
   }
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    report.bytes_hashed += tensors[i].nbytes();
-    if (bad[i]) report.mismatches.push_back(tensors[i].name);
-  }
+  report.bytes_hashed = total;
   // Digests of tensors the file does not have.
   std::unordered_set<std::string_view> names;
   for (const TensorInfo& t : tensors) names.insert(t.name);

@@ -36,8 +36,13 @@ struct PromptCacheReader::Impl {
   // `prefetch`); compressed files: decompressed on all cores.
   Result<TensorArrays> Fetch(const std::vector<size_t>& indices) const;
 
-  // Checks tensors against their stored digests (arrays as Fetch returned
-  // them). Corruption naming the first mismatching tensor.
+  // The tensors of `indices` whose bytes differ from their stored digest
+  // (or that have none), hashed on up to `workers` threads. A plain file is
+  // hashed in its mapping (pages populated first); a compressed file's
+  // tensors must be in `arrays` (as Fetch returns them).
+  std::vector<size_t> Mismatches(const std::vector<size_t>& indices, const TensorArrays& arrays, int workers) const;
+
+  // Mismatches on this layer's threads; Corruption naming the first.
   Status CheckTensors(const std::vector<size_t>& indices, const TensorArrays& arrays) const;
 
   // For a plain file: the index of the tensor whose bytes `a` views exactly

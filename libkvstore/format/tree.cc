@@ -86,22 +86,6 @@ std::optional<std::vector<const NameTree*>> NameTree::AsList() const {
   return out;
 }
 
-Result<CacheState> StateFromTree(const NameTree& node, const std::vector<Array>& values) {
-  if (node.leaf >= 0) return CacheState(values[static_cast<size_t>(node.leaf)]);
-  auto list = node.AsList();
-  if (!list) return Status::Corruption("tensor names under \"" + node.label + "\" are not list indices");
-  CacheState::List items;
-  for (const NameTree* child : *list) {
-    if (child == nullptr) {
-      items.emplace_back(CacheState::List{});
-      continue;
-    }
-    KV_ASSIGN_OR_RETURN(CacheState s, StateFromTree(*child, values));
-    items.push_back(std::move(s));
-  }
-  return CacheState(std::move(items));
-}
-
 Result<MetaState> MetaFromTree(const NameTree& node, const std::vector<std::string>& values) {
   if (node.leaf >= 0) return MetaState(values[static_cast<size_t>(node.leaf)]);
   auto list = node.AsList();

@@ -44,8 +44,6 @@ struct NameTree {
   std::optional<std::vector<const NameTree*>> AsList() const;
 };
 
-// Rebuilds a CacheState from a tensor-name subtree; gaps become empty lists.
-Result<CacheState> StateFromTree(const NameTree& node, const std::vector<Array>& values);
 // Rebuilds a MetaState; gaps become empty lists (falsy, like Python's {}).
 Result<MetaState> MetaFromTree(const NameTree& node, const std::vector<std::string>& values);
 

@@ -163,11 +163,7 @@ Status Saver::Write(WritableFile& out) {
       if (hooks_.expected_digest) expected[id] = hooks_.expected_digest(a);
       hasher->Submit(id, a);
     }
-    Status status;
-    a.ForEachRun([&](std::span<const std::byte> run) {
-      if (status.ok()) status = out.Append(run);
-    });
-    KV_RETURN_IF_ERROR(status);
+    KV_RETURN_IF_ERROR(AppendArrayBytes(out, a));
     Progress(a.nbytes());
   }
   if (!hasher) return Status::OK();

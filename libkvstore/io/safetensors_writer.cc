@@ -106,6 +106,14 @@ Result<SafetensorsLayout> PlanSafetensors(std::span<const TensorInfo> tensors, c
   return layout;
 }
 
+Status AppendArrayBytes(WritableFile& out, const Array& array) {
+  Status status;
+  array.ForEachRun([&](std::span<const std::byte> run) {
+    if (status.ok()) status = out.Append(run);
+  });
+  return status;
+}
+
 Status WriteSafetensors(WritableFile& out, std::span<const NamedArray> tensors,
                         const Metadata& metadata, const SafetensorsWriteOptions& options) {
   KV_ASSIGN_OR_RETURN(SafetensorsLayout layout, PlanSafetensors(tensors, metadata, options));
@@ -113,12 +121,7 @@ Status WriteSafetensors(WritableFile& out, std::span<const NamedArray> tensors,
   std::map<std::string_view, const NamedArray*> by_name;
   for (const NamedArray& t : tensors) by_name[t.name] = &t;
   for (const TensorInfo& info : layout.tensors) {
-    const NamedArray* t = by_name.at(info.name);
-    Status status;
-    t->array.ForEachRun([&](std::span<const std::byte> run) {
-      if (status.ok()) status = out.Append(run);
-    });
-    KV_RETURN_IF_ERROR(status);
+    KV_RETURN_IF_ERROR(AppendArrayBytes(out, by_name.at(info.name)->array));
   }
   return Status::OK();
 }
