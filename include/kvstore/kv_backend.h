@@ -1,0 +1,77 @@
+// KvBackend: the byte-string key/value store behind the shared prompt-cache
+// tier. Two implementations: Redis, single node or Redis Cluster
+// (kvstore/redis_backend.h), and an in-memory double (NewMemKvBackend) for
+// tests and tools.
+//
+// Contract of every implementation:
+//   * Absent keys are not errors: they are nullopt / false in the results.
+//   * Every call is bounded in time. A store that cannot answer within its
+//     timeout yields IOError naming the endpoint ("redis 127.0.0.1:6379:
+//     timeout after 50 ms"); a call never hangs.
+//   * Values are opaque bytes: a backend never interprets them. Whatever a
+//     backend returns is untrusted; callers check it before use.
+//   * Batched calls are pipelined (one round trip per node) and keep the
+//     order of their arguments in their results.
+//
+// Thread safety: every member may be called from many threads at once.
+#ifndef KVSTORE_KV_BACKEND_H_
+#define KVSTORE_KV_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvstore/status.h"
+
+namespace kvstore {
+
+// One write of a batch. The views must stay valid for the call.
+struct KvPut {
+  std::string_view key;
+  std::string_view value;
+};
+
+class KvBackend {
+ public:
+  virtual ~KvBackend() = default;
+
+  // The value of each key (GET), nullopt where absent.
+  virtual Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) = 0;
+
+  // Bytes [start, start + length) of a value (GETRANGE), shorter when the
+  // value ends first; nullopt when the key is absent. REQUIRES: start >= 0,
+  // length >= 0.
+  virtual Result<std::optional<std::string>> GetRange(std::string_view key, int64_t start,
+                                                      int64_t length) = 0;
+
+  // Whether each key exists (EXISTS), without transferring values.
+  virtual Result<std::vector<bool>> Exists(std::span<const std::string> keys) = 0;
+
+  // SET key value NX for each item; result[i] is true when this call wrote
+  // item i, false when the key already existed (its value is left as is).
+  virtual Result<std::vector<bool>> PutIfAbsent(std::span<const KvPut> items) = 0;
+
+  // DEL of each key; absent keys are fine.
+  virtual Status Delete(std::span<const std::string> keys) = 0;
+
+  // Up to `limit` keys that start with `prefix` (SCAN MATCH on every node),
+  // in no particular order.
+  virtual Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) = 0;
+
+  // A one-line description for logs and tools, e.g.
+  // "redis cluster 127.0.0.1:7000 (3 masters)" or "memory".
+  virtual std::string Describe() const = 0;
+};
+
+// An in-memory KvBackend with no size bound. Used by tests, by the
+// simulation without --redis, and as the reference for Redis's behaviour.
+std::unique_ptr<KvBackend> NewMemKvBackend();
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_KV_BACKEND_H_
