@@ -40,13 +40,13 @@ swap() { mv "$1" "$1.swap" && mv "$2" "$1" && mv "$1.swap" "$2"; }
 fault() { rm -rf "${dir:?}/$1" && cp -r "$dir/base" "$dir/$1"; }
 # run NAME: the base run's traffic again (same seed, one thread) on $dir/NAME.
 run() {
-  "$sim" --threads 1 --requests 200 --store "$dir/$1" --max-entries 8 --seed 5 > "$dir/$1.out" ||
+  "$sim" --threads 1 --requests 100 --store "$dir/$1" --max-entries 8 --seed 5 > "$dir/$1.out" ||
     fail "$1: run exited non-zero: $(cat "$dir/$1.out")"
   check "$dir/$1.out"
 }
 
 if [[ $mode == faults ]]; then
-  "$sim" --threads 1 --requests 200 --store "$dir/base" --max-entries 8 --seed 5 > "$dir/base.out" || fail "base run"
+  "$sim" --threads 1 --requests 100 --store "$dir/base" --max-entries 8 --seed 5 > "$dir/base.out" || fail "base run"
   mapfile -t systems < <(entries "$dir/base" | awk '$3 == 48')  # the shared system prompts
   ((${#systems[@]} >= 2)) || { echo "FAIL: ${#systems[@]} system-prompt entries in the base store"; exit 1; }
   read -r s1_file s1_bytes _ s1_tokens <<< "${systems[0]}"
