@@ -7,7 +7,8 @@
 // is a hash of them, so the index is rebuilt from the files alone. Open()
 // scans the headers (no tensor bytes), drops files that are truncated,
 // unparsable, of an unknown layout, lack the keys or digests, or whose name
-// is not the one their key gives, and removes temp files of dead writers.
+// is not the one their key gives, and removes temp files of dead writers;
+// a file it cannot read for an I/O error is left in place, not indexed.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares
 // the key recorded in the file with the key asked for. A corrupt file, or

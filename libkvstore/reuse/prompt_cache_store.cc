@@ -55,11 +55,12 @@ struct PromptCacheStore::Impl {
   }
 
   // Forgets a bad file unless it has been replaced since it was looked up.
-  void Drop(const std::string& file, uint64_t generation, int64_t Impl::*counter) {
+  // `counter` is one of the counters above.
+  void Drop(const std::string& file, uint64_t generation, int64_t& counter) {
     std::lock_guard<std::mutex> l(mu);
     if (!index.Erase(file, generation)) return;
     RemoveLocked(file);
-    ++(this->*counter);
+    ++counter;
   }
 
   Status IndexDirectory(StoreOpenReport& report);
@@ -116,6 +117,10 @@ Status PromptCacheStore::Impl::IndexDirectory(StoreOpenReport& report) {
       ++report.manifest_ignored;
     }
     Result<ScannedFile> scanned = ScanFile(env, Path(name));
+    if (!scanned.ok() && scanned.status().code() == StatusCode::kIOError) {
+      report.dropped.push_back(name + ": " + scanned.status().ToString() + " (left in place)");
+      continue;  // maybe transient: a later Open may index it
+    }
     if (!scanned.ok()) {
       drop(scanned.status().ToString());
       continue;
@@ -193,11 +198,11 @@ Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefi
     Result<LoadedPromptCache> loaded = LoadPromptCache(impl_->env, impl_->Path(file), options);
     if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) continue;  // maybe transient: keep it
     if (!loaded.ok() || !loaded->verified) {
-      impl_->Drop(file, generation, &Impl::corrupt_dropped);
+      impl_->Drop(file, generation, impl_->corrupt_dropped);
       continue;
     }
     if (!HoldsKey(loaded->user_metadata, model, tokens.first(length))) {
-      impl_->Drop(file, generation, &Impl::mismatched_dropped);
+      impl_->Drop(file, generation, impl_->mismatched_dropped);
       continue;
     }
     return std::optional<Hit>(Hit{std::move(loaded->cache), static_cast<int64_t>(length)});
