@@ -21,7 +21,8 @@ std::string_view LayoutName(PromptCacheLayout layout) {
 }
 
 bool IsKvstoreMetadataKey(std::string_view user_key) {
-  return user_key == kFormatKey || user_key == kTensorDigestsKey || user_key == kHeaderDigestKey;
+  return user_key == kFormatKey || user_key == kTensorDigestsKey || user_key == kHeaderDigestKey ||
+         user_key == kHmacKey;
 }
 
 namespace {

@@ -10,6 +10,8 @@ namespace {
 constexpr std::string_view kModelKey = "kvstore_model";
 constexpr std::string_view kTokensKey = "kvstore_tokens";
 
+}  // namespace
+
 std::string TokensText(std::span<const int32_t> tokens) {
   std::string out;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -34,6 +36,8 @@ std::optional<std::vector<int32_t>> ParseTokens(std::string_view s) {
     s.remove_prefix(comma + 1);
   }
 }
+
+namespace {
 
 std::string Hex(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";

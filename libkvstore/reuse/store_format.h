@@ -23,6 +23,12 @@ struct StoreKey {
   std::vector<int32_t> tokens;
 };
 
+// "1,2,3" for {1, 2, 3}; "" for none.
+std::string TokensText(std::span<const int32_t> tokens);
+// TokensText's inverse; nullopt for empty items, trailing commas or values
+// outside int32.
+std::optional<std::vector<int32_t>> ParseTokens(std::string_view s);
+
 inline constexpr std::string_view kStoreFileSuffix = ".safetensors";
 
 // "<16 hex digits of SHA-256(model '\n' tokens)>.safetensors".
