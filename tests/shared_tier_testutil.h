@@ -3,7 +3,10 @@
 #ifndef KVSTORE_TESTS_SHARED_TIER_TESTUTIL_H_
 #define KVSTORE_TESTS_SHARED_TIER_TESTUTIL_H_
 
+#include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -97,6 +100,67 @@ inline ModelFingerprint FingerprintOf(const PromptCache& cache, const std::strin
   EXPECT_TRUE(fp.ok()) << fp.status().ToString();
   return std::move(fp).value();
 }
+
+// A KvBackend over another that can fail every call, or hold every call
+// until Release() (a stalled server).
+class FaultyBackend : public KvBackend {
+ public:
+  explicit FaultyBackend(KvBackend* base) : base_(base) {}
+  void FailAll(bool fail) { fail_ = fail; }
+  void Hold() {
+    std::lock_guard<std::mutex> l(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  int calls() const { return calls_; }
+
+  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->Get(keys);
+  }
+  Result<std::optional<std::string>> GetRange(std::string_view key, int64_t start, int64_t length) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->GetRange(key, start, length);
+  }
+  Result<std::vector<bool>> Exists(std::span<const std::string> keys) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->Exists(keys);
+  }
+  Result<std::vector<bool>> PutIfAbsent(std::span<const KvPut> items) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->PutIfAbsent(items);
+  }
+  Status Delete(std::span<const std::string> keys) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->Delete(keys);
+  }
+  Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->Scan(prefix, limit);
+  }
+  std::string Describe() const override { return "faulty " + base_->Describe(); }
+
+ private:
+  Status Enter() {
+    ++calls_;
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !held_; });
+    if (fail_) return Status::IOError("redis 127.0.0.1:1: timeout after 50 ms (injected)");
+    return Status::OK();
+  }
+  KvBackend* base_;
+  std::atomic<bool> fail_{false};
+  std::atomic<int> calls_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+};
 
 }  // namespace kvstore::testing
 

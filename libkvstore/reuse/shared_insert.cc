@@ -167,7 +167,8 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
   if (!ns.descriptor_written.load()) {
     const std::string descriptor = "{\"chunk_tokens\":" + std::to_string(c) +
                                    ",\"fingerprint\":" + ns.fingerprint.json() + ",\"format\":\"kvstore-namespace/1\"}";
-    const KvPut put[] = {{NamespaceKey(prefix, ns.ns.id), descriptor}};
+    const std::string key = NamespaceKey(prefix, ns.ns.id);
+    const KvPut put[] = {{key, descriptor}};
     if (options.backend->PutIfAbsent(put).ok()) ns.descriptor_written = true;
   }
   return Status::OK();
