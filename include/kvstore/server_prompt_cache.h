@@ -74,11 +74,14 @@ class ServerPromptCache {
   // into misses).
   Result<std::optional<Hit>> Fetch(const ModelFingerprint& model, std::span<const int32_t> tokens);
 
-  // Stores copies of `cache`, which holds `tokens`, in every tier; the
-  // checkpoints (copies of the cache at earlier token counts) go to the
-  // shared tier, which stores snapshot layers at those boundaries.
-  // InvalidArgument when `cache` does not match `model` or `tokens` is
-  // empty; the disk tier's errors.
+  // Stores copies of `cache`, which holds `tokens`, in every tier, and the
+  // checkpoints: copies of the cache at earlier token counts, e.g. at the
+  // end of the system prompt or of a turn. Memory and disk keep each as an
+  // entry of its own (what a cache that cannot be trimmed is served from);
+  // the shared tier stores its chunks once and snapshot layers at those
+  // boundaries. InvalidArgument when `tokens` is empty, a cache does not
+  // match `model` or a checkpoint lies outside `tokens`; the disk tier's
+  // errors.
   Status Insert(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
                 std::span<const PromptCacheCheckpoint> checkpoints = {});
 

@@ -135,8 +135,22 @@ Status ServerPromptCache::Insert(const ModelFingerprint& model, std::span<const 
                                  const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
   if (tokens.empty()) return Status::InvalidArgument("ServerPromptCache: empty token key");
   KV_RETURN_IF_ERROR(model.Check(cache));
-  Remember(model.digest().ToHex(), tokens, cache);
-  if (options_.disk != nullptr) KV_RETURN_IF_ERROR(options_.disk->Put(model, tokens, cache));
+  for (const PromptCacheCheckpoint& cp : checkpoints) {
+    if (cp.tokens < 1 || cp.tokens > static_cast<int64_t>(tokens.size())) {
+      return Status::InvalidArgument("ServerPromptCache: a checkpoint at " + std::to_string(cp.tokens) +
+                                     " tokens is outside the prompt");
+    }
+    KV_RETURN_IF_ERROR(model.Check(cp.cache));
+  }
+  const std::string key = model.digest().ToHex();
+  Remember(key, tokens, cache);
+  for (const PromptCacheCheckpoint& cp : checkpoints) Remember(key, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache);
+  if (options_.disk != nullptr) {
+    KV_RETURN_IF_ERROR(options_.disk->Put(model, tokens, cache));
+    for (const PromptCacheCheckpoint& cp : checkpoints) {
+      KV_RETURN_IF_ERROR(options_.disk->Put(model, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache));
+    }
+  }
   if (options_.shared != nullptr) KV_RETURN_IF_ERROR(options_.shared->Insert(model, tokens, cache, checkpoints));
   return Status::OK();
 }

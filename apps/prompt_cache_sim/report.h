@@ -1,0 +1,38 @@
+// What prompt_cache_sim prints: the counters of every server, disk tier and
+// shared tier, summed, in "name: value" lines that scripts grep.
+#ifndef KVSTORE_APPS_PROMPT_CACHE_SIM_REPORT_H_
+#define KVSTORE_APPS_PROMPT_CACHE_SIM_REPORT_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "apps/prompt_cache_sim/server.h"
+#include "kvstore/prompt_cache_store.h"
+#include "kvstore/shared_prompt_cache.h"
+
+namespace sim {
+
+class Report {
+ public:
+  // Opens a disk tier and prints what it recovered; nullptr (after printing
+  // the error) when it cannot be opened.
+  std::unique_ptr<kvstore::PromptCacheStore> OpenStore(const std::string& dir, int64_t max_bytes);
+  void AddServer(const SimServer& server);
+  void AddStore(const kvstore::PromptCacheStore& store);
+  void AddTier(const kvstore::SharedPromptCache& tier);
+  // Prints the summary; the exit status (0: no mismatch, corruption or error).
+  int Print(int threads, int processes);
+
+ private:
+  Counters counters_;
+  int64_t entries_ = 0, bytes_ = 0;
+  int stores_ = 0;
+  int64_t disk_entries_ = 0, disk_bytes_ = 0, disk_corrupt_ = 0, disk_mismatched_ = 0;
+  std::optional<kvstore::SharedPromptCache::Stats> shared_;
+  std::string shared_describe_;
+};
+
+}  // namespace sim
+
+#endif  // KVSTORE_APPS_PROMPT_CACHE_SIM_REPORT_H_
