@@ -3,6 +3,8 @@
 #ifndef KVSTORE_LIBKVSTORE_REUSE_FINGERPRINT_INTERNAL_H_
 #define KVSTORE_LIBKVSTORE_REUSE_FINGERPRINT_INTERNAL_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kvstore/json.h"
@@ -17,6 +19,15 @@ struct ModelFingerprint::Impl {
 };
 
 inline constexpr std::string_view kFingerprintFormat = "kvstore-fingerprint/1";
+// A JSON integer within int64_t, whether the parser made it signed or not.
+inline std::optional<int64_t> AsInt64(const Json& v) {
+  if (v.type() == Json::Type::kInt) return v.as_int();
+  if (v.type() == Json::Type::kUint && v.as_uint() <= static_cast<uint64_t>(INT64_MAX)) {
+    return static_cast<int64_t>(v.as_uint());
+  }
+  return std::nullopt;
+}
+
 // Deeper CacheList nesting is refused (as in prompt-cache files).
 inline constexpr int kMaxSpecDepth = 8;
 

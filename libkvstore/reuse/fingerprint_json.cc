@@ -24,15 +24,6 @@ Status Bad(const std::string& where, const std::string& what) {
   return Status::Corruption("model fingerprint: " + where + ": " + what);
 }
 
-// A JSON integer within int64_t (the parser gives non-negative ones as unsigned).
-std::optional<int64_t> AsInt64(const Json& v) {
-  if (v.type() == Json::Type::kInt) return v.as_int();
-  if (v.type() == Json::Type::kUint && v.as_uint() <= static_cast<uint64_t>(INT64_MAX)) {
-    return static_cast<int64_t>(v.as_uint());
-  }
-  return std::nullopt;
-}
-
 Result<int64_t> IntField(const Json& j, std::string_view key, const std::string& where) {
   const Json* v = j.Find(key);
   std::optional<int64_t> i = v != nullptr ? AsInt64(*v) : std::nullopt;
