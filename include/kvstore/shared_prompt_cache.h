@@ -60,6 +60,7 @@ struct SharedPromptCacheOptions {
   size_t insert_queue_capacity = 16;     // pending inserts beyond the running ones
   int writer_threads = 1;
   size_t max_batch_bytes = size_t{64} << 20;  // value bytes per pipelined call
+  int codec_threads = 0;  // threads encoding or decoding the chunks of one call (0: all cores)
 };
 
 // A copy of the cache after its first `tokens` tokens, e.g. taken (with

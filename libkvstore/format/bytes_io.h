@@ -11,8 +11,11 @@
 
 namespace kvstore {
 
+// `reserve`: the bytes to allocate up front (the expected size), so that
+// appending never reallocates.
 Result<std::string> SaveLayersToString(size_t num_layers, const LayerSource& source, const Metadata& user_metadata,
-                                       const SavePromptCacheOptions& options, const WriterHooks& hooks);
+                                       const SavePromptCacheOptions& options, const WriterHooks& hooks,
+                                       size_t reserve = 0);
 
 }  // namespace kvstore
 

@@ -78,8 +78,10 @@ class BytesEnv final : public Env {
 }  // namespace
 
 Result<std::string> SaveLayersToString(size_t num_layers, const LayerSource& source, const Metadata& user_metadata,
-                                       const SavePromptCacheOptions& options, const WriterHooks& hooks) {
+                                       const SavePromptCacheOptions& options, const WriterHooks& hooks,
+                                       size_t reserve) {
   std::string out;
+  out.reserve(reserve);
   StringWritableFile file(out);
   KV_RETURN_IF_ERROR(SaveLayersTo(file, num_layers, source, user_metadata, options, hooks));
   return out;

@@ -148,9 +148,14 @@ Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& heade
       return SealDigests(options.secret, key, header_hex, tensors_json);
     };
   }
+  size_t tensor_bytes = 0;
+  for (const auto& piece : pieces) {
+    if (Result<CacheState> state = piece->State(); state.ok()) tensor_bytes += state->nbytes();
+  }
+  constexpr size_t kHeaderRoom = size_t{16} << 10;
   return SaveLayersToString(
       pieces.size(), [&](size_t i) -> Result<std::shared_ptr<const Cache>> { return pieces[i]; },
-      ChunkHeaderMetadata(header), save, hooks);
+      ChunkHeaderMetadata(header), save, hooks, tensor_bytes + kHeaderRoom);
 }
 
 Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const ChunkRequest& r, ChunkFault* fault) {

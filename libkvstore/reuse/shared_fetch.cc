@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "libkvstore/reuse/shared_tier.h"
+#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -72,23 +73,30 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       Add(&Stats::backend_errors);
       break;
     }
-    for (int64_t i = first; i < last; ++i) {
-      std::optional<std::string>& v = (*values)[i - first];
-      if (!v) {
-        Add(&Stats::vanished);
-        break;
-      }
+    // Decode the batch on several threads, then take it in chain order.
+    std::vector<std::optional<Result<DecodedChunk>>> decoded(static_cast<size_t>(last - first));
+    std::vector<ChunkFault> faults(decoded.size(), ChunkFault::kCorrupt);
+    (void)ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
+      const int64_t i = first + static_cast<int64_t>(j);
+      std::optional<std::string>& v = (*values)[j];
+      if (!v) return Status::OK();
       Add(&Stats::values_read);
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys[i], ChunkKind::kRows, &ns.ns, i, tokens.subspan(i * c, c), &chain[i],
                            i > 0 ? &chain[i - 1] : nullptr, &ns.leaves, options.secret};
-      ChunkFault fault = ChunkFault::kCorrupt;
-      Result<DecodedChunk> decoded = DecodeChunk(std::make_shared<const std::string>(std::move(*v)), request, &fault);
-      if (!decoded.ok()) {
-        Refused(keys[i], fault, decoded.status());
+      decoded[j] = DecodeChunk(std::make_shared<const std::string>(std::move(*v)), request, &faults[j]);
+      return Status::OK();
+    });
+    for (size_t j = 0; j < decoded.size(); ++j) {
+      if (!decoded[j]) {
+        Add(&Stats::vanished);
         break;
       }
-      chunks.push_back(std::move(decoded).value());
+      if (!decoded[j]->ok()) {
+        Refused(keys[first + static_cast<int64_t>(j)], faults[j], decoded[j]->status());
+        break;
+      }
+      chunks.push_back(std::move(*decoded[j]).value());
     }
     first = last;
   }

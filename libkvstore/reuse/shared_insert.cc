@@ -1,7 +1,10 @@
 // Writing an insert to the shared tier: one pipelined EXISTS over every key
 // the prompt needs, then the missing chunks and snapshots encoded and
 // stored with SET NX in batches of about max_batch_bytes.
+#include <algorithm>
+
 #include "libkvstore/reuse/shared_tier.h"
+#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -81,6 +84,34 @@ ChunkHeader HeaderFor(const SharedNamespace& ns, ChunkKind kind, int64_t i, std:
   return h;
 }
 
+// The value of chunk i, or nullopt when some rows leaf lacks its rows in
+// every state (the chunk is then left to a writer that has them).
+Result<std::optional<std::string>> EncodeRowsChunk(const SharedNamespace& ns, int64_t i,
+                                                   std::span<const int32_t> tokens,
+                                                   const std::vector<Sha256Digest>& chain,
+                                                   const std::vector<CacheAt>& states, const std::string& key,
+                                                   const std::string& writer, const ChunkEncodeOptions& encode) {
+  const int64_t c = ns.ns.chunk_tokens;
+  ChunkHeader header = HeaderFor(ns, ChunkKind::kRows, i, tokens, chain, writer);
+  std::vector<std::shared_ptr<const Cache>> pieces;
+  for (size_t l = 0; l < ns.leaves.size(); ++l) {
+    const LeafInfo& leaf = ns.leaves[l];
+    if (leaf.kind == LeafKind::kSnapshot) continue;
+    if (leaf.kind == LeafKind::kRotating && (i + 1) * c > leaf.spec->max_size) continue;
+    std::optional<LeafRows> rows;
+    for (size_t s = 0; s < states.size() && !rows; ++s) rows = states[s].rows[l].Rows(i * c, (i + 1) * c);
+    if (!rows) {
+      if (leaf.kind == LeafKind::kRotating) continue;  // a rotating leaf's rows are optional
+      return std::optional<std::string>();
+    }
+    KV_ASSIGN_OR_RETURN(std::shared_ptr<Cache> piece, RowsPiece(leaf, *rows));
+    pieces.push_back(std::move(piece));
+    header.layers.push_back(leaf.path);
+  }
+  KV_ASSIGN_OR_RETURN(std::string value, EncodeChunk(key, header, pieces, encode));
+  return std::optional<std::string>(std::move(value));
+}
+
 }  // namespace
 
 Status SharedPromptCache::Impl::Write(const InsertJob& job) {
@@ -117,34 +148,38 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
 
   const ChunkEncodeOptions encode{options.secret, options.compression_level};
   PutBatch batch(*this);
+  std::vector<int64_t> missing;
   for (int64_t i = 0; i < count; ++i) {
     if ((*present)[i]) {
       Add(&Stats::chunks_present);
-      continue;
+    } else {
+      missing.push_back(i);
     }
-    ChunkHeader header = HeaderFor(ns, ChunkKind::kRows, i, job.tokens, chain, options.writer_id);
-    std::vector<std::shared_ptr<const Cache>> pieces;
-    bool complete = true;
-    for (size_t l = 0; l < ns.leaves.size() && complete; ++l) {
-      const LeafInfo& leaf = ns.leaves[l];
-      if (leaf.kind == LeafKind::kSnapshot) continue;
-      if (leaf.kind == LeafKind::kRotating && (i + 1) * c > leaf.spec->max_size) continue;
-      std::optional<LeafRows> rows;
-      for (size_t s = 0; s < states.size() && !rows; ++s) rows = states[s].rows[l].Rows(i * c, (i + 1) * c);
-      if (!rows) {
-        complete = leaf.kind == LeafKind::kRotating;  // a rotating leaf's rows are optional
+  }
+  // Encoded a batch at a time on several threads, stored in chain order.
+  const size_t per_batch = static_cast<size_t>(
+      std::max<int64_t>(1, static_cast<int64_t>(options.max_batch_bytes) / std::max<int64_t>(1, ns.chunk_bytes)));
+  for (size_t first = 0; first < missing.size(); first += per_batch) {
+    const size_t n = std::min(per_batch, missing.size() - first);
+    std::vector<std::optional<Result<std::string>>> values(n);
+    (void)ParallelFor(n, options.codec_threads, [&](size_t j) -> Status {
+      Result<std::optional<std::string>> value = EncodeRowsChunk(ns, missing[first + j], job.tokens, chain, states,
+                                                                 keys[missing[first + j]], options.writer_id, encode);
+      if (!value.ok()) {
+        values[j] = Result<std::string>(value.status());
+      } else if (*value) {
+        values[j] = std::move(**value);
+      }
+      return Status::OK();
+    });
+    for (size_t j = 0; j < n; ++j) {
+      if (!values[j]) {
+        Add(&Stats::chunks_incomplete);
         continue;
       }
-      KV_ASSIGN_OR_RETURN(std::shared_ptr<Cache> piece, RowsPiece(leaf, *rows));
-      pieces.push_back(std::move(piece));
-      header.layers.push_back(leaf.path);
+      KV_RETURN_IF_ERROR(values[j]->status());
+      KV_RETURN_IF_ERROR(batch.Add(keys[missing[first + j]], std::move(*values[j]).value(), false));
     }
-    if (!complete) {
-      Add(&Stats::chunks_incomplete);
-      continue;
-    }
-    KV_ASSIGN_OR_RETURN(std::string value, EncodeChunk(keys[i], header, pieces, encode));
-    KV_RETURN_IF_ERROR(batch.Add(keys[i], std::move(value), false));
   }
   size_t k = static_cast<size_t>(count);
   for (const auto& [i, s] : snapshot_at) {
