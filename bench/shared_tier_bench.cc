@@ -126,6 +126,16 @@ BENCHMARK(BM_RawGetSameSizes)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTi
 
 // Latency of one fetch of a cache of range(0) tokens and 32 layers, from
 // the shared tier and from the disk tier; p50/p99 over the repetitions.
+void LatencyRuns(benchmark::internal::Benchmark* b) {
+  b->Arg(32768)
+      ->Iterations(1)
+      ->Repetitions(30)
+      ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
+      ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); })
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+
 void BM_SharedFetchLatency(benchmark::State& state) {
   kvstore::KvBackend* backend = BenchBackend();
   auto tier = Tier(backend);
@@ -144,14 +154,7 @@ void BM_SharedFetchLatency(benchmark::State& state) {
     if (!hit.ok() || !hit->has_value()) state.SkipWithError("fetch failed");
   }
 }
-BENCHMARK(BM_SharedFetchLatency)
-    ->Arg(32768)
-    ->Iterations(1)
-    ->Repetitions(30)
-    ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
-    ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); })
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_SharedFetchLatency)->Apply(LatencyRuns);
 
 void BM_DiskFetchLatency(benchmark::State& state) {
   static std::unique_ptr<kvstore::PromptCacheStore> store;
@@ -169,13 +172,6 @@ void BM_DiskFetchLatency(benchmark::State& state) {
     if (!hit.ok() || !hit->has_value()) state.SkipWithError("fetch failed");
   }
 }
-BENCHMARK(BM_DiskFetchLatency)
-    ->Arg(32768)
-    ->Iterations(1)
-    ->Repetitions(30)
-    ->ComputeStatistics("p50", [](const std::vector<double>& v) { return Percentile(v, 0.50); })
-    ->ComputeStatistics("p99", [](const std::vector<double>& v) { return Percentile(v, 0.99); })
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_DiskFetchLatency)->Apply(LatencyRuns);
 
 }  // namespace
