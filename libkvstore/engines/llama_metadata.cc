@@ -48,7 +48,7 @@ std::string LlamaTargetJson(const LlamaTarget& t) {
   return j.Dump();
 }
 
-Result<int32_t> ApplyLlamaTargetJson(std::string_view json_text, PromptCacheToLlamaOptions& options) {
+Result<std::optional<int32_t>> ApplyLlamaTargetJson(std::string_view json_text, PromptCacheToLlamaOptions& options) {
   Result<Json> parsed = Json::Parse(json_text);
   if (!parsed.ok() || !parsed->is_object()) return Status::InvalidArgument("metadata \"llama_cpp\" is not a JSON object");
   const Json& j = *parsed;
@@ -66,9 +66,12 @@ Result<int32_t> ApplyLlamaTargetJson(std::string_view json_text, PromptCacheToLl
   if (!options.k_type) options.k_type = k_type;
   if (!options.v_type) options.v_type = v_type;
   if (!options.flash_attn) options.flash_attn = fa->as_bool();
-  if (!options.n_stream) options.n_stream = n_stream;
+  // The recorded stream and sequence id only mean something with the
+  // recorded stream count.
+  if (options.n_stream) return std::optional<int32_t>();
+  options.n_stream = n_stream;
   if (!options.stream) options.stream = stream;
-  return static_cast<int32_t>(seq->as_int());
+  return std::optional<int32_t>(static_cast<int32_t>(seq->as_int()));
 }
 
 }  // namespace kvstore::engines

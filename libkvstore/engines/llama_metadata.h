@@ -5,6 +5,7 @@
 #define KVSTORE_LIBKVSTORE_ENGINES_LLAMA_METADATA_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,10 +20,11 @@ std::string TokenListJson(const std::vector<int32_t>& tokens);
 // {"k_type":"f16","v_type":"f16","flash_attn":true,"n_stream":1,"stream":0,"seq_id":0}
 std::string LlamaTargetJson(const LlamaTarget& target);
 
-// Fills the unset fields of `options` from a "llama_cpp" metadata value and
-// returns the sequence id it records. InvalidArgument naming the field when
-// the value is malformed.
-Result<int32_t> ApplyLlamaTargetJson(std::string_view json_text, PromptCacheToLlamaOptions& options);
+// Fills the unset fields of `options` from a "llama_cpp" metadata value.
+// The recorded stream and sequence id apply only when n_stream is taken from
+// it too; then the sequence id is returned. InvalidArgument naming the field
+// when the value is malformed.
+Result<std::optional<int32_t>> ApplyLlamaTargetJson(std::string_view json_text, PromptCacheToLlamaOptions& options);
 
 }  // namespace kvstore::engines
 
