@@ -7,17 +7,46 @@ namespace {
 
 // Element-size specialisations: copying a 2- or 4-byte word is much faster
 // than a generic memcpy per element.
+// One head's channels from llama.cpp's adjacent pairs to mlx-lm's halves
+// (and back): out[i] = in[2i], out[D/2 + i] = in[2i + 1].
+template <typename Word>
+void Unpair(const std::byte* in, std::byte* out, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  Word a[2];
+  for (int64_t i = 0; i < half; ++i) {
+    std::memcpy(a, in + 2 * i * sizeof(Word), sizeof(a));
+    std::memcpy(out + i * sizeof(Word), &a[0], sizeof(Word));
+    std::memcpy(out + (half + i) * sizeof(Word), &a[1], sizeof(Word));
+  }
+}
+
+template <typename Word>
+void Pair(const std::byte* in, std::byte* out, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  Word a[2];
+  for (int64_t i = 0; i < half; ++i) {
+    std::memcpy(&a[0], in + i * sizeof(Word), sizeof(Word));
+    std::memcpy(&a[1], in + (half + i) * sizeof(Word), sizeof(Word));
+    std::memcpy(out + 2 * i * sizeof(Word), a, sizeof(a));
+  }
+}
+
 template <typename Word>
 void Gather(const CellBlock& b, std::span<const uint32_t> cells, int64_t n_head, int64_t head_dim,
             bool adjacent_pairs, std::byte* dst) {
   const int64_t n = static_cast<int64_t>(cells.size());
-  const bool rows = b.element_stride == sizeof(Word) && !adjacent_pairs;
+  const bool rows = b.element_stride == sizeof(Word);  // the head's channels are contiguous
   for (int64_t h = 0; h < n_head; ++h) {
     for (int64_t t = 0; t < n; ++t) {
       const std::byte* cell = b.base + cells[t] * b.cell_stride;
       std::byte* out = dst + (h * n + t) * head_dim * sizeof(Word);
-      if (rows) {  // the head's channels are contiguous and in order
-        std::memcpy(out, cell + h * head_dim * sizeof(Word), head_dim * sizeof(Word));
+      if (rows) {
+        const std::byte* head = cell + h * head_dim * sizeof(Word);
+        if (adjacent_pairs) {
+          Unpair<Word>(head, out, head_dim);
+        } else {
+          std::memcpy(out, head, head_dim * sizeof(Word));
+        }
         continue;
       }
       for (int64_t c = 0; c < head_dim; ++c) {
@@ -35,8 +64,13 @@ void Scatter(const std::byte* src, int64_t n_head, int64_t n, int64_t head_dim, 
   for (int64_t h = 0; h < n_head; ++h) {
     for (int64_t t = 0; t < n; ++t) {
       const std::byte* in = src + (h * n + t) * head_dim * sizeof(Word);
-      if (!transposed && !adjacent_pairs) {
-        std::memcpy(dst + (t * width + h * head_dim) * sizeof(Word), in, head_dim * sizeof(Word));
+      if (!transposed) {
+        std::byte* out = dst + (t * width + h * head_dim) * sizeof(Word);
+        if (adjacent_pairs) {
+          Pair<Word>(in, out, head_dim);
+        } else {
+          std::memcpy(out, in, head_dim * sizeof(Word));
+        }
         continue;
       }
       for (int64_t c = 0; c < head_dim; ++c) {
@@ -49,6 +83,12 @@ void Scatter(const std::byte* src, int64_t n_head, int64_t n, int64_t head_dim, 
 }
 
 }  // namespace
+
+Result<Array> CastFloat(const Array& a, DType to) {
+  if (a.dtype() == to || a.dtype() == DType::kF32 || to == DType::kF32) return a.AsType(to);
+  KV_ASSIGN_OR_RETURN(Array f32, a.AsType(DType::kF32));
+  return f32.AsType(to);
+}
 
 Array GatherHeads(const CellBlock& block, std::span<const uint32_t> cell_of_position, int64_t n_head,
                   int64_t head_dim, bool adjacent_pairs) {

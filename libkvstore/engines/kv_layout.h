@@ -32,6 +32,11 @@ inline int64_t LlamaChannel(int64_t c, int64_t head_dim, bool adjacent_pairs) {
   return c < half ? 2 * c : 2 * (c - half) + 1;
 }
 
+// `a` converted to the float type `to` (F16, BF16, F32), through F32 between
+// the two 16-bit types, where the bulk conversions are fastest. Exact rounding
+// either way: F16 and BF16 are both exact in F32.
+Result<Array> CastFloat(const Array& a, DType to);
+
 // mlx-lm tensor [1, n_head, T, head_dim] of block.dtype whose position t is
 // the cell cell_of_position[t]. REQUIRES: every cell index and element lies
 // inside the block; head_dim even when adjacent_pairs.

@@ -58,8 +58,8 @@ struct LayerBuilder {
     const bool pairs = model->rope.key_order == KeyChannelOrder::kAdjacentPairs;
     Array keys = engines::GatherHeads(k, seq->cell_of_position, model->n_head_kv, model->head_dim_k, pairs);
     Array values = engines::GatherHeads(v, seq->cell_of_position, model->n_head_kv, model->head_dim_v, false);
-    KV_ASSIGN_OR_RETURN(keys, keys.AsType(dtype));
-    KV_ASSIGN_OR_RETURN(values, values.AsType(dtype));
+    KV_ASSIGN_OR_RETURN(keys, engines::CastFloat(keys, dtype));
+    KV_ASSIGN_OR_RETURN(values, engines::CastFloat(values, dtype));
     KV_ASSIGN_OR_RETURN(std::unique_ptr<Cache> cache, CacheFromState("KVCache", CacheState{keys, values}, MetaState("")));
     return std::shared_ptr<Cache>(std::move(cache));
   }

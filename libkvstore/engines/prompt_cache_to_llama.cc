@@ -54,10 +54,13 @@ Result<Dims> CheckTensor(const Array& a, std::string_view what, int64_t head_dim
 Result<Array> ToCacheType(const Array& a, GgmlType type, const std::string& where) {
   const DType dtype = GgmlTypeToDType(type);
   if (a.dtype() == dtype) return a.Contiguous();
-  if (dtype != DType::kF16) return a.AsType(dtype);
+  if (dtype != DType::kF16) return engines::CastFloat(a, dtype);
   KV_ASSIGN_OR_RETURN(Array f32, a.AsType(DType::kF32));
-  const std::vector<float> values = f32.ToVector<float>();
-  for (float x : values) {
+  f32 = f32.Contiguous();
+  const float* values = f32.data_as<float>();
+  const int64_t n = f32.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = values[i];
     if (std::isfinite(x) && std::fabs(x) >= 65520.0f) {  // rounds to infinity in F16
       return Status::InvalidArgument(where + " holds " + std::to_string(x) +
                                      ", outside F16's range: use --kv-type bf16 (llama.cpp -ctk bf16 -ctv bf16)");
