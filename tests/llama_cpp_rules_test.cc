@@ -263,5 +263,12 @@ TEST(MlxToLlamaRules, SettingsTravelInTheMetadataAndFlagsWin) {
   EXPECT_EQ(st.streams[0].layers[0].v_type, GgmlType::kF32);
 }
 
+TEST(PromptCacheReaders, NameALlamaCppFileInsteadOfFailingSafetensorsChecks) {
+  const std::string path = testing::FixturePath("llama.cpp/llama_f32_d16/seq_fa1.ggsq");
+  EXPECT_THAT(LoadPromptCache(Env::Default(), path),
+              HasCode(StatusCode::kNotSupported, "a llama.cpp sequence-state file, not a prompt cache"));
+  EXPECT_THAT(ReadPromptCacheInfo(Env::Default(), path), HasCode(StatusCode::kNotSupported, "llama.cpp"));
+}
+
 }  // namespace
 }  // namespace kvstore

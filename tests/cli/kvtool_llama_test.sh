@@ -107,6 +107,8 @@ expect_exit 3 "llama.cpp state: stream 0 layer 1 K data" -- inspect "$tmp/cut.gg
 cat "$f32/seq_fa1.ggsq" <(printf 'x') > "$tmp/trailing.ggsq"
 expect_exit 3 "1 trailing bytes" -- convert "$tmp/trailing.ggsq" -o "$tmp/x" --model "$f32/model"
 expect_exit 4 "no digests" -- inspect --verify "$f32/seq_fa1.ggsq"
+expect_exit 4 "a llama.cpp sequence-state file, not a prompt cache" -- verify "$f32/seq_fa1.ggsq"
+expect_exit 4 "a llama.cpp sequence-state file, not a prompt cache" -- trim "$f32/seq_fa1.ggsq" -n 1 -o "$tmp/x"
 sed 's/"llama"/"gemma2"/' "$f32/model/config.json" > "$tmp/config.json"
 expect_exit 4 "'gemma2' uses sliding-window attention" -- convert "$f32/seq_fa1.ggsq" -o "$tmp/x" --model "$tmp/config.json"
 sed 's/"llama"/"mystery"/' "$f32/model/config.json" > "$tmp/config.json"
