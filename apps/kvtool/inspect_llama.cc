@@ -35,7 +35,8 @@ std::string RangesText(const LlamaStateStream& s) {
   const auto ranges = Ranges(s.positions);
   std::string out;
   for (size_t i = 0; i < ranges.size() && i < 4; ++i) {
-    out += (i ? ", " : "") + std::to_string(ranges[i].first) + ".." + std::to_string(ranges[i].second);
+    if (i > 0) out += ", ";
+    out += std::to_string(ranges[i].first) + ".." + std::to_string(ranges[i].second);
   }
   if (ranges.size() > 4) out += ", ... (" + std::to_string(ranges.size()) + " runs)";
   if (!std::is_sorted(s.positions.begin(), s.positions.end())) out += " (cells out of order)";
@@ -109,7 +110,10 @@ void PrintState(const std::string& path, uint64_t bytes, const LlamaState& st, c
   for (size_t i = 0; i < st.streams.size(); ++i) {
     const LlamaStateStream& s = st.streams[i];
     std::string ids;
-    for (int32_t id : SeqIds(s)) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : SeqIds(s)) {
+      if (!ids.empty()) ids += ",";
+      ids += std::to_string(id);
+    }
     std::printf("%-6zu %8zu  %-8s %-7s %s\n", i, s.cell_count(), ids.empty() ? "-" : ids.c_str(),
                 s.cell_count() ? (s.v_trans ? "1" : "0") : "-", RangesText(s).c_str());
   }
@@ -123,7 +127,10 @@ void PrintState(const std::string& path, uint64_t bytes, const LlamaState& st, c
     }
   }
   std::string tokens;
-  for (size_t i = 0; i < st.tokens.size() && i < 32; ++i) tokens += (i ? " " : "") + std::to_string(st.tokens[i]);
+  for (size_t i = 0; i < st.tokens.size() && i < 32; ++i) {
+    if (i > 0) tokens += " ";
+    tokens += std::to_string(st.tokens[i]);
+  }
   if (st.tokens.size() > 32) tokens += " ... (" + std::to_string(st.tokens.size() - 32) + " more)";
   std::printf("tokens: %s\n", tokens.empty() ? "-" : tokens.c_str());
   if (!convertible.ok()) std::printf("note: cannot be converted: %s\n", std::string(convertible.message()).c_str());

@@ -74,7 +74,10 @@ Result<RopeArchitecture> LookupRopeArchitecture(std::string_view name) {
     }
   }
   std::string known;
-  for (const RopeArchitecture& r : kTable) known += (known.empty() ? "" : ", ") + std::string(r.name);
+  for (const RopeArchitecture& r : kTable) {
+    if (!known.empty()) known += ", ";
+    known += r.name;
+  }
   return Status::NotSupported("architecture '" + std::string(name) +
                               "' is not in the RoPE pairing table (known: " + known +
                               "); its K channel order is not guessed");
