@@ -1,7 +1,5 @@
 // Restores are transactional and hostile-input safe; snapshots have value
 // semantics; decode appends write in place.
-#include <functional>
-
 #include "kvstore/arrays_cache.h"
 #include "kvstore/batch_kv_cache.h"
 #include "kvstore/batch_rotating_kv_cache.h"
@@ -11,32 +9,15 @@
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "kvstore/sha256.h"
-#include "testutil.h"
+#include "cache_testutil.h"
 
 namespace kvstore {
 namespace {
 
+using ::kvstore::testing::Fingerprint;
 using ::kvstore::testing::HasCode;
-
-Array KV(int64_t b, int64_t h, int64_t s, int64_t d, uint64_t seed) {
-  return testing::RandomArray(DType::kF16, {b, h, s, d}, seed);
-}
-
-// A printable fingerprint of everything observable about a cache.
-std::string Fingerprint(const Cache& c) {
-  std::string out = std::string(c.class_name()) + "|" + c.meta_state().DebugString() + "|" +
-                    std::to_string(c.offset().value_or(-1)) + "|" + std::to_string(c.Size()) + "|" +
-                    (c.Empty() ? "empty" : "full") + "|";
-  Result<CacheState> s = c.State();
-  std::function<void(const CacheState&)> walk = [&](const CacheState& st) {
-    if (st.is_array()) out += st.array().Describe() + ":" + Sha256(st.array()).ToHex().substr(0, 16) + ";";
-    else if (st.is_none()) out += "None;";
-    else for (const auto& x : st.list()) walk(x);
-  };
-  if (s.ok()) walk(*s);
-  else out += s.status().ToString();
-  return out;
-}
+using ::kvstore::testing::KV;
+using ::kvstore::testing::StateFingerprint;
 
 void ExpectRejectedUnchanged(Cache& c, const CacheState& state, std::string_view msg) {
   const std::string before = Fingerprint(c);
@@ -199,7 +180,7 @@ TEST(BatchCacheTest, MergeExtractRoundTrip) {
   EXPECT_EQ(batch->left_padding().ToVector<int32_t>(), (std::vector<int32_t>{2, 1, 0}));
   for (int i = 0; i < 3; ++i) {
     ASSERT_OK_AND_ASSIGN(auto back, batch->Extract(i));
-    EXPECT_EQ(Fingerprint(*back), Fingerprint(*singles[i])) << i;
+    EXPECT_EQ(StateFingerprint(*back), StateFingerprint(*singles[i])) << i;
   }
   EXPECT_THAT(batch->Extract(3), HasCode(StatusCode::kInvalidArgument, "out of range"));
   EXPECT_THAT(batch->Filter(std::vector<int64_t>{5}), HasCode(StatusCode::kInvalidArgument, "out of range"));

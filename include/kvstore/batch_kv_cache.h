@@ -10,6 +10,8 @@
 
 namespace kvstore {
 
+class KVBuffers;  // libkvstore internal: the copy-on-write keys/values pair
+
 // Sequences are left-padded to a common length; offset is per sequence.
 // state = [keys, values, offset I32[B], left_padding I32[B]]; meta_state = "".
 class BatchKVCache : public Cache {
@@ -52,8 +54,7 @@ class BatchKVCache : public Cache {
   std::vector<int32_t> left_padding_;
   std::optional<std::vector<int32_t>> right_padding_;
   int64_t idx_ = 0;
-  struct Buffers;
-  std::shared_ptr<Buffers> buffers_;
+  std::shared_ptr<KVBuffers> buffers_;  // never null
 };
 
 }  // namespace kvstore

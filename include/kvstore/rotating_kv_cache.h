@@ -9,6 +9,8 @@
 
 namespace kvstore {
 
+class KVBuffers;  // libkvstore internal: the copy-on-write keys/values pair
+
 // Single-token updates write in place at a wrapping index (O(1)); multi-token
 // updates put the buffer in temporal order, drop the oldest non-kept
 // positions and concatenate (the result may hold up to max_size + S - 1
@@ -49,8 +51,7 @@ class RotatingKVCache : public Cache {
   int64_t keep_;
   int64_t offset_ = 0;
   int64_t idx_ = 0;
-  struct Buffers;
-  std::shared_ptr<Buffers> buffers_;
+  std::shared_ptr<KVBuffers> buffers_;  // never null
 };
 
 }  // namespace kvstore
