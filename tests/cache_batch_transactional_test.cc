@@ -12,19 +12,9 @@
 #include "kvstore/cache_list.h"
 #include "kvstore/kv_cache.h"
 
-namespace kvstore {
+namespace kvstore::testing {
 namespace {
 
-using ::kvstore::testing::ExpectFailsUnchanged;
-using ::kvstore::testing::Filled;
-using ::kvstore::testing::Fingerprint;
-using ::kvstore::testing::KV;
-using ::kvstore::testing::MakeCache;
-using ::kvstore::testing::Mutation;
-using ::kvstore::testing::RandomArray;
-using ::kvstore::testing::Then;
-using ::kvstore::testing::Update;
-using ::kvstore::testing::UpdateOf;
 using Rows = std::vector<int32_t>;
 
 PrepareArgs Prep(std::optional<Rows> left, std::optional<Rows> lengths, std::optional<Rows> right) {
@@ -256,4 +246,4 @@ TEST(CacheBatchTransactionalTest, CacheListFailuresLeaveEveryChildUntouched) {
 }
 
 }  // namespace
-}  // namespace kvstore
+}  // namespace kvstore::testing

@@ -14,11 +14,8 @@
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 
-namespace kvstore {
+namespace kvstore::testing {
 namespace {
-
-using ::kvstore::testing::KV;
-using ::kvstore::testing::RandomArray;
 
 constexpr DType kF16 = DType::kF16;
 constexpr DType kBF16 = DType::kBF16;
@@ -175,4 +172,4 @@ TEST(CacheDTypeTest, ArraysCacheExtendPromotesAndMergeCasts) {
 }
 
 }  // namespace
-}  // namespace kvstore
+}  // namespace kvstore::testing

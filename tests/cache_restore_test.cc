@@ -11,13 +11,8 @@
 #include "kvstore/sha256.h"
 #include "cache_testutil.h"
 
-namespace kvstore {
+namespace kvstore::testing {
 namespace {
-
-using ::kvstore::testing::Fingerprint;
-using ::kvstore::testing::HasCode;
-using ::kvstore::testing::KV;
-using ::kvstore::testing::StateFingerprint;
 
 void ExpectRejectedUnchanged(Cache& c, const CacheState& state, std::string_view msg) {
   const std::string before = Fingerprint(c);
@@ -106,13 +101,13 @@ TEST(CacheRestoreTest, CacheFromStateNamesUnknownClassesAndChildren) {
   EXPECT_THAT(CacheFromState("Nope", CacheState(), MetaState()), HasCode(StatusCode::kNotFound, "Nope"));
   const CacheState kv_state({KV(1, 1, 2, 4, 1), KV(1, 1, 2, 4, 2)});
   EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
-                             MetaState({MetaState::Strings({"KVCache", "KVCache"}), MetaState({""})})),
+                             MetaState({MetaState::Strings({"KVCache", "KVCache"}), MetaState::Strings({""})})),
               HasCode(StatusCode::kInvalidArgument, "2 classes"));
   EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
                              MetaState({MetaState::Strings({"RotatingKVCache"}), MetaState({MetaState::Strings({"a"})})})),
               HasCode(StatusCode::kInvalidArgument, "child 0"));
   ASSERT_OK_AND_ASSIGN(auto list, CacheFromState("CacheList", CacheState({kv_state}),
-                                                 MetaState({MetaState::Strings({"KVCache"}), MetaState({""})})));
+                                                 MetaState({MetaState::Strings({"KVCache"}), MetaState::Strings({""})})));
   EXPECT_EQ(list->class_name(), "CacheList");
   EXPECT_EQ(KnownCacheClasses().size(), 10u);
 }
@@ -187,4 +182,4 @@ TEST(BatchCacheTest, MergeExtractRoundTrip) {
 }
 
 }  // namespace
-}  // namespace kvstore
+}  // namespace kvstore::testing

@@ -18,17 +18,8 @@
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 
-namespace kvstore {
+namespace kvstore::testing {
 namespace {
-
-using ::kvstore::testing::ExpectFailsUnchanged;
-using ::kvstore::testing::Filled;
-using ::kvstore::testing::KV;
-using ::kvstore::testing::MakeCache;
-using ::kvstore::testing::Mutation;
-using ::kvstore::testing::Then;
-using ::kvstore::testing::Update;
-using ::kvstore::testing::UpdateOf;
 
 struct Attention {
   std::string name;
@@ -169,4 +160,4 @@ TEST(CacheTransactionalTest, ChunkedTrimFrontWithoutChunkSizeChangesNothing) {
 }
 
 }  // namespace
-}  // namespace kvstore
+}  // namespace kvstore::testing

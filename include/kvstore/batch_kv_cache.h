@@ -10,8 +10,6 @@
 
 namespace kvstore {
 
-class KVBuffers;  // libkvstore internal: the copy-on-write keys/values pair
-
 // Sequences are left-padded to a common length; offset is per sequence.
 // state = [keys, values, offset I32[B], left_padding I32[B]]; meta_state = "".
 class BatchKVCache : public Cache {

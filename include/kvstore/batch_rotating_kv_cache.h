@@ -11,8 +11,6 @@
 
 namespace kvstore {
 
-class KVBuffers;  // libkvstore internal: the copy-on-write keys/values pair
-
 // state = [keys, values, offset I32[B], left_padding I32[B]];
 // meta_state = [max_size, _offset, _idx, "True"/"False" (rotated)].
 // SetMetaState reproduces mlx-lm's bool(str) parse of the rotated flag

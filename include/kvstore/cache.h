@@ -141,6 +141,9 @@ class Cache {
   Status Unsupported(std::string_view member) const;
 };
 
+// The keys/values buffers of the attention caches (libkvstore internal).
+class KVBuffers;
+
 // One cache per model layer, as mlx-lm's prompt_cache list. Entries are
 // shared: a CacheList or an LRU entry may hold the same cache object.
 using PromptCache = std::vector<std::shared_ptr<Cache>>;

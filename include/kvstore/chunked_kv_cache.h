@@ -10,8 +10,6 @@
 
 namespace kvstore {
 
-class KVBuffers;  // libkvstore internal: the copy-on-write keys/values pair
-
 // Updates grow and write like KVCache's at position offset - start_position.
 // state = buffers sliced to the absolute offset (upstream quirk, see
 // docs/compat.md); meta_state = [chunk_size, start_position].

@@ -9,7 +9,6 @@
 
 namespace kvstore {
 
-class KVBuffers;  // libkvstore internal: the copy-on-write keys/values pair
 class QuantizedKVCache;
 
 // mlx-lm's KVCache: keys/values in buffers grown in steps of 256 positions

@@ -9,8 +9,6 @@
 
 namespace kvstore {
 
-class KVBuffers;  // libkvstore internal: the copy-on-write keys/values pair
-
 // Single-token updates write in place at a wrapping index (O(1)); multi-token
 // updates put the buffer in temporal order, drop the oldest non-kept
 // positions and concatenate (the result may hold up to max_size + S - 1

@@ -63,22 +63,10 @@ Result<std::optional<Array>> ExtendOptional(const std::optional<Array>& a, int64
 ArraysCache::ArraysCache(size_t size, std::vector<int32_t> left_padding)
     : slots_(std::min(size, kMaxSlots)), left_padding_(Int32Vector(left_padding)) {}
 
-std::unique_ptr<Cache> ArraysCache::Copy() const {
-  // Slot arrays are values: nothing writes into them in place.
-  auto copy = std::make_unique<ArraysCache>(0);
-  copy->slots_ = slots_;
-  copy->left_padding_ = left_padding_;
-  copy->lengths_ = lengths_;
-  return copy;
-}
+// Slot arrays are values: nothing writes into them in place.
+std::unique_ptr<Cache> ArraysCache::Copy() const { return std::make_unique<ArraysCache>(*this); }
 
-std::unique_ptr<Cache> MambaCache::Copy() const {
-  auto copy = std::make_unique<MambaCache>();
-  copy->slots_ = slots_;
-  copy->left_padding_ = left_padding_;
-  copy->lengths_ = lengths_;
-  return copy;
-}
+std::unique_ptr<Cache> MambaCache::Copy() const { return std::make_unique<MambaCache>(*this); }
 
 Status ArraysCache::SetSlot(size_t i, std::optional<Array> value) {
   if (i >= slots_.size()) {

@@ -68,4 +68,19 @@ Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const
   return v;
 }
 
+Result<std::vector<int64_t>> ParseMetaInts(std::string_view cls, const MetaState& meta,
+                                           std::initializer_list<std::string_view> fields) {
+  if (!meta.is_list() || meta.size() != fields.size()) {
+    std::string names;
+    for (std::string_view f : fields) names += (names.empty() ? "" : ", ") + std::string(f);
+    return Bad(cls, "meta_state must be [" + names + "]");
+  }
+  std::vector<int64_t> out;
+  for (std::string_view f : fields) {
+    KV_ASSIGN_OR_RETURN(int64_t v, ParseMetaInt(cls, f, meta[out.size()]));
+    out.push_back(v);
+  }
+  return out;
+}
+
 }  // namespace kvstore

@@ -3,7 +3,9 @@
 #ifndef KVSTORE_LIBKVSTORE_CACHE_ATTENTION_STATE_H_
 #define KVSTORE_LIBKVSTORE_CACHE_ATTENTION_STATE_H_
 
+#include <initializer_list>
 #include <string_view>
+#include <vector>
 
 #include "kvstore/cache.h"
 
@@ -24,6 +26,11 @@ Result<int64_t> TrimCount(std::string_view cls, int64_t n, int64_t available);
 // Parses a meta_state integer the way Python's int() does for the strings
 // mlx-lm writes: optional sign, decimal digits, surrounding whitespace.
 Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const MetaState& meta);
+
+// A meta_state that is the list [fields...] of integers (ParseMetaInt each),
+// e.g. RotatingKVCache's [keep, max_size, offset, _idx].
+Result<std::vector<int64_t>> ParseMetaInts(std::string_view cls, const MetaState& meta,
+                                           std::initializer_list<std::string_view> fields);
 
 }  // namespace kvstore
 

@@ -22,11 +22,8 @@ BatchKVCache::BatchKVCache(std::vector<int32_t> left_padding)
 }
 
 std::unique_ptr<Cache> BatchKVCache::Copy() const {
-  auto copy = std::make_unique<BatchKVCache>(left_padding_);
-  copy->offset_ = offset_;
-  copy->right_padding_ = right_padding_;
-  copy->idx_ = idx_;
-  *copy->buffers_ = *buffers_;
+  auto copy = std::make_unique<BatchKVCache>(*this);
+  copy->buffers_ = std::make_shared<KVBuffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 

@@ -56,13 +56,8 @@ BatchRotatingKVCache::BatchRotatingKVCache(int64_t max_size, std::vector<int32_t
 }
 
 std::unique_ptr<Cache> BatchRotatingKVCache::Copy() const {
-  auto copy = std::make_unique<BatchRotatingKVCache>(max_size_, left_padding_);
-  copy->offset_ = offset_;
-  copy->lengths_ = lengths_;
-  copy->idx_ = idx_;
-  copy->seq_offset_ = seq_offset_;
-  copy->rotated_ = rotated_;
-  *copy->buffers_ = *buffers_;
+  auto copy = std::make_unique<BatchRotatingKVCache>(*this);
+  copy->buffers_ = std::make_shared<KVBuffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 

@@ -71,9 +71,13 @@ std::unique_ptr<Cache> CacheList::Copy() const {
 
 Result<CacheState> CacheList::State() const {
   CacheState::List out;
+  out.reserve(children_.size());
   for (const auto& c : children_) {
-    KV_ASSIGN_OR_RETURN(CacheState s, c->State());
-    out.push_back(std::move(s));
+    // Moved straight out of the Result: GCC 12 at -O3 reports a
+    // maybe-uninitialized variant for a named intermediate CacheState.
+    Result<CacheState> s = c->State();
+    if (!s.ok()) return s.status();
+    out.push_back(std::move(s).value());
   }
   return CacheState(std::move(out));
 }

@@ -19,10 +19,8 @@ ChunkedKVCache::ChunkedKVCache(std::optional<int64_t> chunk_size)
     : chunk_size_(chunk_size), buffers_(std::make_shared<KVBuffers>()) {}
 
 std::unique_ptr<Cache> ChunkedKVCache::Copy() const {
-  auto copy = std::make_unique<ChunkedKVCache>(chunk_size_);
-  copy->start_position_ = start_position_;
-  copy->offset_ = offset_;
-  *copy->buffers_ = *buffers_;
+  auto copy = std::make_unique<ChunkedKVCache>(*this);
+  copy->buffers_ = std::make_shared<KVBuffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 
@@ -60,12 +58,9 @@ MetaState ChunkedKVCache::meta_state() const {
 }
 
 Status ChunkedKVCache::SetMetaState(const MetaState& meta) {
-  if (!meta.is_list() || meta.size() != 2) {
-    return Status::InvalidArgument(
-        "ChunkedKVCache: meta_state must be [chunk_size, start_position]");
-  }
-  KV_ASSIGN_OR_RETURN(int64_t chunk, ParseMetaInt(kName, "chunk_size", meta[0]));
-  KV_ASSIGN_OR_RETURN(int64_t start, ParseMetaInt(kName, "start_position", meta[1]));
+  KV_ASSIGN_OR_RETURN(std::vector<int64_t> v,
+                      ParseMetaInts(kName, meta, {"chunk_size", "start_position"}));
+  const int64_t chunk = v[0], start = v[1];
   if (chunk < 1 || start < 0) {
     return Status::InvalidArgument(
         "ChunkedKVCache: meta_state needs chunk_size >= 1 and start_position >= 0");

@@ -30,7 +30,7 @@ inline int64_t StepRows(int64_t n) { return (n + kKVStep - 1) / kKVStep * kKVSte
 DType PromoteFloat(DType a, DType b);
 
 // Concatenation along the sequence axis with MLX's float promotion.
-// REQUIRES: floating dtypes; equal dims other than axis 2.
+// REQUIRES: equal or floating dtypes; equal dims other than axis 2.
 Array ConcatRows(std::initializer_list<Array> parts);
 
 // A zero block [B, H, rows, D] shaped and typed like `like`.

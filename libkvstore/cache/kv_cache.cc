@@ -18,9 +18,8 @@ constexpr std::string_view kConcatName = "ConcatenateKVCache";
 KVCache::KVCache() : buffers_(std::make_shared<KVBuffers>()) {}
 
 std::unique_ptr<Cache> KVCache::Copy() const {
-  auto copy = std::make_unique<KVCache>();
-  *copy->buffers_ = *buffers_;
-  copy->offset_ = offset_;
+  auto copy = std::make_unique<KVCache>(*this);
+  copy->buffers_ = std::make_shared<KVBuffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 
@@ -72,9 +71,8 @@ Result<std::unique_ptr<QuantizedKVCache>> KVCache::ToQuantized(
 ConcatenateKVCache::ConcatenateKVCache() : buffers_(std::make_shared<KVBuffers>()) {}
 
 std::unique_ptr<Cache> ConcatenateKVCache::Copy() const {
-  auto copy = std::make_unique<ConcatenateKVCache>();
-  *copy->buffers_ = *buffers_;
-  copy->offset_ = offset_;
+  auto copy = std::make_unique<ConcatenateKVCache>(*this);
+  copy->buffers_ = std::make_shared<KVBuffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 

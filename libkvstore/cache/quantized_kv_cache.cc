@@ -84,9 +84,8 @@ QuantizedKVCache::QuantizedKVCache(int group_size, int bits, QuantizeOptions::Ro
     : group_size_(group_size), bits_(bits), rounding_(rounding) {}
 
 std::unique_ptr<Cache> QuantizedKVCache::Copy() const {
-  auto copy = std::make_unique<QuantizedKVCache>(group_size_, bits_, rounding_);
-  copy->offset_ = offset_;
-  if (buffers_) copy->buffers_ = std::make_shared<Buffers>(*buffers_);
+  auto copy = std::make_unique<QuantizedKVCache>(*this);
+  if (buffers_) copy->buffers_ = std::make_shared<Buffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 
@@ -203,13 +202,9 @@ MetaState QuantizedKVCache::meta_state() const {
 }
 
 Status QuantizedKVCache::SetMetaState(const MetaState& meta) {
-  if (!meta.is_list() || meta.size() != 3) {
-    return Status::InvalidArgument(
-        "QuantizedKVCache: meta_state must be [offset, group_size, bits]");
-  }
-  KV_ASSIGN_OR_RETURN(int64_t offset, ParseMetaInt(kName, "offset", meta[0]));
-  KV_ASSIGN_OR_RETURN(int64_t group_size, ParseMetaInt(kName, "group_size", meta[1]));
-  KV_ASSIGN_OR_RETURN(int64_t bits, ParseMetaInt(kName, "bits", meta[2]));
+  KV_ASSIGN_OR_RETURN(std::vector<int64_t> v,
+                      ParseMetaInts(kName, meta, {"offset", "group_size", "bits"}));
+  const int64_t offset = v[0], group_size = v[1], bits = v[2];
   // Range first: the casts below must not truncate a hostile value into a valid one.
   if (bits < 1 || bits > 8 || group_size < 1 || group_size > 128 ||
       !IsSupportedQuantization(static_cast<int>(bits), static_cast<int>(group_size))) {

@@ -18,10 +18,8 @@ RotatingKVCache::RotatingKVCache(int64_t max_size, int64_t keep)
     : max_size_(max_size), keep_(keep), buffers_(std::make_shared<KVBuffers>()) {}
 
 std::unique_ptr<Cache> RotatingKVCache::Copy() const {
-  auto copy = std::make_unique<RotatingKVCache>(max_size_, keep_);
-  copy->offset_ = offset_;
-  copy->idx_ = idx_;
-  *copy->buffers_ = *buffers_;
+  auto copy = std::make_unique<RotatingKVCache>(*this);
+  copy->buffers_ = std::make_shared<KVBuffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 
@@ -73,14 +71,9 @@ MetaState RotatingKVCache::meta_state() const {
 }
 
 Status RotatingKVCache::SetMetaState(const MetaState& meta) {
-  if (!meta.is_list() || meta.size() != 4) {
-    return Status::InvalidArgument(
-        "RotatingKVCache: meta_state must be [keep, max_size, offset, _idx]");
-  }
-  KV_ASSIGN_OR_RETURN(int64_t keep, ParseMetaInt(kName, "keep", meta[0]));
-  KV_ASSIGN_OR_RETURN(int64_t max_size, ParseMetaInt(kName, "max_size", meta[1]));
-  KV_ASSIGN_OR_RETURN(int64_t offset, ParseMetaInt(kName, "offset", meta[2]));
-  KV_ASSIGN_OR_RETURN(int64_t idx, ParseMetaInt(kName, "_idx", meta[3]));
+  KV_ASSIGN_OR_RETURN(std::vector<int64_t> v,
+                      ParseMetaInts(kName, meta, {"keep", "max_size", "offset", "_idx"}));
+  const int64_t keep = v[0], max_size = v[1], offset = v[2], idx = v[3];
   if (max_size < 1 || keep < 0 || keep > max_size) {
     return Status::InvalidArgument(
         "RotatingKVCache: meta_state needs max_size >= 1 and 0 <= keep <= max_size, got keep " +
