@@ -100,14 +100,13 @@ Status BatchKVCache::Filter(std::span<const int64_t> batch_indices) {
   if (!buffers_->empty()) buffers_->Map([&](const Array& a) { return a.Take(0, batch_indices); });
   offset_ = TakeRows(offset_, batch_indices);
   left_padding_ = TakeRows(left_padding_, batch_indices);
-  // Shift left to drop the padding every remaining row shares.
+  // Shift left to drop the padding every remaining row shares. An empty
+  // cache keeps its padding (upstream would move _idx below zero).
   const int32_t m =
       left_padding_.empty() ? 0 : *std::min_element(left_padding_.begin(), left_padding_.end());
-  if (m > 0) {
-    if (!buffers_->empty()) {
-      buffers_->Map(
-          [&](const Array& a) { return a.Slice(2, std::min<int64_t>(m, a.dim(2)), a.dim(2)); });
-    }
+  if (m > 0 && !buffers_->empty()) {
+    buffers_->Map(
+        [&](const Array& a) { return a.Slice(2, std::min<int64_t>(m, a.dim(2)), a.dim(2)); });
     idx_ -= m;
     AddToEach(left_padding_, -m);
   }
