@@ -143,6 +143,15 @@ TEST(CacheBatchTransactionalTest, StalePendingPaddingFailsBeforeAnyChange) {
                        TrimBy(1), "BatchRotatingKVCache: decode before finalize");
 }
 
+TEST(CacheBatchTransactionalTest, FilterOfAnEmptyBatchKVCacheKeepsItsPadding) {
+  BatchKVCache c({2, 3});
+  ASSERT_OK(c.Filter(std::vector<int64_t>{1}));
+  EXPECT_EQ(c.left_padding().ToVector<int32_t>(), (std::vector<int32_t>{3}));
+  EXPECT_EQ(c.idx(), 0);
+  ASSERT_OK(c.UpdateAndFetch(KV(1, 2, 4, 8, 1), KV(1, 2, 4, 8, 2)));
+  EXPECT_EQ(c.offsets().ToVector<int32_t>(), (std::vector<int32_t>{1}));
+}
+
 // Slots F16 [rows, 4] and F32 [rows, 3], lengths pending.
 MakeCache Arrays(int64_t rows, bool mamba = false) {
   return [=]() -> std::unique_ptr<Cache> {
