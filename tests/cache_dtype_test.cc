@@ -122,27 +122,26 @@ TEST(CacheDTypeTest, RotatingKVCacheCastsInPlaceAndPromotesOnConcatenation) {
   EXPECT_EQ(c.idx(), 8);
 }
 
-TEST(CacheDTypeTest, MergesCastToTheFirstKeysDType) {
-  KVCache a, b;
+// Merging a (F16 keys, F32 values) and b (F32 keys, BF16 values) gives F16
+// keys and values: upstream allocates both with the first keys dtype.
+template <typename Batch, typename Single>
+void ExpectMergeCastsToTheFirstKeysDType(Single a, Single b) {
   ASSERT_OK(a.UpdateAndFetch(KV(1, 2, 3, 8, 1, kF16), KV(1, 2, 3, 8, 2, kF32)));
-  const Array bk = KV(1, 2, 5, 8, 3, kF32), bv = KV(1, 2, 5, 8, 4, kBF16);
-  ASSERT_OK(b.UpdateAndFetch(bk, bv));
-  const std::vector<const Cache*> kv = {&a, &b};
-  ASSERT_OK_AND_ASSIGN(auto merged, BatchKVCache::Merge(kv));
+  const Array bv = KV(1, 2, 5, 8, 4, kBF16);
+  ASSERT_OK(b.UpdateAndFetch(KV(1, 2, 5, 8, 3, kF32), bv));
+  const std::vector<const Cache*> both = {&a, &b};
+  ASSERT_OK_AND_ASSIGN(auto merged, Batch::Merge(both));
   ASSERT_OK_AND_ASSIGN(CacheState st, merged->State());
   EXPECT_EQ(st[0].array().Describe(), "F16[2, 2, 5, 8]");
   EXPECT_EQ(st[1].array().Describe(), "F16[2, 2, 5, 8]");
   EXPECT_TRUE(st[1].array().Slice(0, 1, 2).ContentEquals(Cast(bv, kF16)));
-  EXPECT_EQ(merged->left_padding().ToVector<int32_t>(), (std::vector<int32_t>{2, 0}));
+  const Array left_padding = merged->left_padding();
+  EXPECT_EQ(left_padding.ToVector<int32_t>(), (std::vector<int32_t>{2, 0}));
+}
 
-  RotatingKVCache ra(8), rb(8);
-  ASSERT_OK(ra.UpdateAndFetch(KV(1, 2, 3, 8, 1, kF16), KV(1, 2, 3, 8, 2, kF32)));
-  ASSERT_OK(rb.UpdateAndFetch(bk, bv));
-  const std::vector<const Cache*> rot = {&ra, &rb};
-  ASSERT_OK_AND_ASSIGN(auto rmerged, BatchRotatingKVCache::Merge(rot));
-  ASSERT_OK_AND_ASSIGN(CacheState rst, rmerged->State());
-  EXPECT_EQ(rst[0].array().Describe(), "F16[2, 2, 5, 8]");
-  EXPECT_EQ(rst[1].array().Describe(), "F16[2, 2, 5, 8]");
+TEST(CacheDTypeTest, MergesCastToTheFirstKeysDType) {
+  ExpectMergeCastsToTheFirstKeysDType<BatchKVCache>(KVCache(), KVCache());
+  ExpectMergeCastsToTheFirstKeysDType<BatchRotatingKVCache>(RotatingKVCache(8), RotatingKVCache(8));
 }
 
 TEST(CacheDTypeTest, ArraysCacheExtendPromotesAndMergeCasts) {
