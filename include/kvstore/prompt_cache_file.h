@@ -216,10 +216,9 @@ class PromptCacheReader {
   // Hashes every tensor (in parallel) and compares with the stored digests.
   Result<VerifyReport> Verify(int threads = 0, const ProgressFn& progress = {}) const;
 
-  struct Impl;
-  const Impl& impl() const { return *impl_; }
-
  private:
+  struct Impl;
+  friend struct PromptCacheReaderInternals;  // the library's conversion code
   explicit PromptCacheReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

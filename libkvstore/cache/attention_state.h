@@ -17,7 +17,7 @@ Status CheckKeysValuesState(std::string_view cls, const CacheState& state);
 Status CheckKeysValuesUpdate(std::string_view cls, const Array& keys, const Array& values);
 
 // Parses a meta_state integer the way Python's int() does for the strings
-// mlx-lm writes: optional sign, decimal digits, surrounding whitespace.
+// mlx-lm writes (ParseInt64 with IntSyntax::kPython).
 Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const MetaState& meta);
 
 }  // namespace kvstore

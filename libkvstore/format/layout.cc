@@ -3,9 +3,9 @@
 #include "libkvstore/format/layout.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include "libkvstore/format/digests.h"
+#include "libkvstore/util/parse_int.h"
 
 namespace kvstore {
 
@@ -25,30 +25,18 @@ CacheState TensorTree::Resolve(const TensorArrays& arrays) const {
   return CacheState(std::move(list));
 }
 
-std::optional<int64_t> ParseDecimal(std::string_view s) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 namespace {
-
-constexpr std::string_view kSwiftStatePrefix = "__mlx_lm_state_";
-constexpr std::string_view kSwiftStateClassPrefix = "__mlx_lm_state_v1__:";
-constexpr std::string_view kSwiftStateTensorPrefix = "__mlx_lm_state_tensor_";
 
 // "{i}_keys" / "{i}_values" -> (i, is_keys)
 std::optional<std::pair<size_t, bool>> LegacyName(std::string_view name) {
   const size_t u = name.find('_');
-  if (u == 0 || u == std::string_view::npos || u > 6) return std::nullopt;
-  size_t index = 0;
-  auto [end, ec] = std::from_chars(name.data(), name.data() + u, index);
-  if (ec != std::errc() || end != name.data() + u) return std::nullopt;
+  if (u == 0 || u == std::string_view::npos || u > 6 || name[0] == '-') return std::nullopt;
+  Result<int64_t> index = ParseInt64(name.substr(0, u));
+  if (!index.ok()) return std::nullopt;
   if (u > 1 && name[0] == '0') return std::nullopt;  // "01_keys" would alias "1_keys"
   const std::string_view suffix = name.substr(u + 1);
   if (suffix != "keys" && suffix != "values") return std::nullopt;
-  return std::make_pair(index, suffix == "keys");
+  return std::make_pair(static_cast<size_t>(*index), suffix == "keys");
 }
 
 bool IsLegacyFile(const SafetensorsHeader& h) {

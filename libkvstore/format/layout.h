@@ -88,10 +88,14 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const Tensor
 // nullopt for classes without a scalar offset.
 std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header);
 
-// A whole string as a plain decimal int64 ("-" allowed); nullopt otherwise.
-std::optional<int64_t> ParseDecimal(std::string_view s);
-
 // ---- mlx-swift-lm (layout_swift.cc, layout_swift_write.cc) ----
+
+// mlx-swift-lm's model state (which kvstore cannot load): "1.<prefix>*"
+// metadata keys, "<tensor prefix>*" tensors and class names carrying the
+// class prefix.
+inline constexpr std::string_view kSwiftStatePrefix = "__mlx_lm_state_";
+inline constexpr std::string_view kSwiftStateClassPrefix = "__mlx_lm_state_v1__:";
+inline constexpr std::string_view kSwiftStateTensorPrefix = "__mlx_lm_state_tensor_";
 
 // Deepest CacheList nesting read or written in mlx-swift-lm's flat layout.
 inline constexpr int kMaxSwiftCacheListDepth = 8;

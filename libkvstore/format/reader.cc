@@ -69,7 +69,7 @@ LayerInfo DescribeLayer(const ParsedLayer& layer, size_t index, const Safetensor
   return info;
 }
 
-void ReadDigests(PromptCacheReader::Impl& r) {
+void ReadDigests(ReaderImpl& r) {
   auto tensors_json = r.header.FindMetadata(kTensorDigestsMetaKey);
   auto header_hex = r.header.FindMetadata(kHeaderDigestMetaKey);
   if (!tensors_json || !header_hex) return;

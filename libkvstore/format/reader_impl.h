@@ -1,5 +1,6 @@
 // PromptCacheReader's state, shared with the conversion code (convert.cc),
-// which checks the bytes it copies against the input's stored digests.
+// which checks the bytes it copies against the input's stored digests. Not
+// part of the public API: the public header only names the friend below.
 #ifndef KVSTORE_LIBKVSTORE_FORMAT_READER_IMPL_H_
 #define KVSTORE_LIBKVSTORE_FORMAT_READER_IMPL_H_
 
@@ -53,6 +54,13 @@ struct PromptCacheReader::Impl {
   // does not match.
   Status CheckHeaderDigest() const;
 };
+
+// The library's access to a reader's state.
+struct PromptCacheReaderInternals {
+  using Impl = PromptCacheReader::Impl;
+  static const Impl& Of(const PromptCacheReader& reader) { return *reader.impl_; }
+};
+using ReaderImpl = PromptCacheReaderInternals::Impl;
 
 }  // namespace kvstore
 
