@@ -134,6 +134,7 @@ int RunConvert(ConvertArgs a) {
     if (transforms) c.transform = [&](size_t, std::shared_ptr<kvstore::Cache> layer) { return transform(layer); };
     s = kvstore::ConvertPromptCacheFile(kvstore::Env::Default(), a.in, a.out, c);
   }
+  bar.Done();
   if (!s.ok()) return Fail(s);
   if (!a.quiet) {
     auto out = kvstore::Env::Default()->GetFileSize(a.out);

@@ -125,7 +125,15 @@ struct LayerInfo {
   std::optional<int64_t> offset;  // the cache's offset after load; none for classes without one
   std::vector<LayerTensor> tensors;
   std::vector<LayerInfo> children;  // CacheList children
-  std::string unsupported;  // why the layer cannot be loaded; empty when it can
+  // Why a well-formed layer cannot be loaded (an unknown class, a class only
+  // mlx-swift-lm has); empty when it can.
+  std::string unsupported;
+  // Why the layer is impossible, from the header alone (see
+  // PromptCacheReader::Validate): the rule of its class that the meta_state
+  // or the tensors' count, rank, dtype or shape break, e.g. "RotatingKVCache:
+  // meta_state needs max_size >= 1 and 0 <= keep <= max_size, got keep 40,
+  // max_size 32". Empty for a well-formed layer.
+  std::vector<std::string> errors;
 };
 
 struct CompressionInfo {
@@ -145,6 +153,8 @@ struct PromptCacheInfo {
   std::string unsupported;  // why the file cannot be loaded; empty when it can
   SafetensorsHeader header;  // of the (decompressed) safetensors file
 
+  // True when no layer has errors (an unsupported layer is well formed).
+  bool valid() const;
   // The largest offset of any layer or CacheList child: the tokens the
   // cache holds. nullopt when no layer has an offset.
   std::optional<int64_t> tokens() const;
@@ -169,6 +179,12 @@ struct VerifyReport {
   uint64_t bytes_hashed = 0;
   bool ok() const { return has_digests && mismatches.empty(); }
 };
+
+// PromptCacheReader::Validate of the file at `path`: reads the header (for a
+// compressed file, only the frames holding it) and checks every layer
+// without reading a tensor byte. Open's errors (an unreadable header, an
+// unknown layout) are returned as they are.
+Status ValidatePromptCacheFile(Env* env, const std::string& path, const ParseLimits& limits = {});
 
 // Hashes every tensor (in parallel) and compares with the stored digests.
 // A file without digests gives has_digests == false (not an error).
@@ -206,6 +222,15 @@ class PromptCacheReader {
   const PromptCacheInfo& info() const;
   size_t num_layers() const;
   const std::string& path() const;
+
+  // Header-only validation, done at Open: OK when every layer can be built
+  // as far as the header tells (the class is known; the meta_state parses
+  // and is in range; tensor count, rank, dtype and shape agree with the
+  // class and with each other); otherwise exactly what ReadLayer returns for
+  // the first impossible layer, "<path>: layer i (<class>): <rule>"
+  // (Corruption), or else for the first it cannot load (NotSupported). Only
+  // checks on tensor values are left to ReadLayer. Reads no tensor byte.
+  Status Validate() const;
 
   // Builds layer `index`. With `verify`, first checks the header and this
   // layer's tensors against the stored digests: Corruption naming the tensor

@@ -40,6 +40,7 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
   if (!reader->info().unsupported.empty()) return Status::NotSupported(in + ": " + reader->info().unsupported);
   const bool check = options.verify_input && r.parsed.has_digests;
   if (check) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
+  KV_RETURN_IF_ERROR(reader->Validate());
 
   // Input bytes are checked once: compressed inputs when a layer is first
   // decompressed; plain inputs as they are copied (expected_digest below),
@@ -178,8 +179,12 @@ class PlainSink {
 
 Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::string& out,
                                 const TranscodeOptions& options) {
-  // Opening validates the header, the layout and (compressed) the seek table.
+  // Opening validates the header, the layout, the layers' structure and
+  // (compressed) the seek table.
   KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(env, in));
+  // The bytes are copied as they are, but an impossible layer is not passed
+  // on (a layer kvstore merely cannot load is).
+  if (Status s = reader->Validate(); s.IsCorruption()) return s;
   const ReaderImpl& r = PromptCacheReaderInternals::Of(*reader);
   const uint64_t header_bytes = r.header.data_offset();
   const uint64_t total = header_bytes + r.header.data_size;

@@ -61,8 +61,11 @@ struct ParsedLayer {
   // nested state.
   bool build_from_children = false;
   // Set when the layer can be inspected but not loaded (a class only
-  // mlx-swift-lm has, an unknown class).
+  // mlx-swift-lm has).
   Status unsupported;
+  // Set by CheckLayers when a load would refuse the layer: Corruption naming
+  // the class's rule, NotSupported for a class kvstore does not know.
+  Status problem;
 };
 
 struct ParsedFile {
@@ -83,6 +86,17 @@ Result<ParsedFile> ParseLayout(const SafetensorsHeader& header);
 // Builds layer `layer` from its parsed description; `arrays` holds (at
 // least) this layer's tensors.
 Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const TensorArrays& arrays);
+
+// A BuildLayer error as a load reports it: a state the class refuses is a
+// malformed file (Corruption), a class we do not know a file we cannot read
+// (NotSupported).
+Status FileError(const Status& build_error);
+
+// Header-only validation (layer_check.cc): sets each layer's `problem` to
+// what BuildLayer would return for it, building it over placeholder arrays
+// with the header's dtypes and shapes; reads no tensor byte.
+// ResourceExhausted when the placeholders cannot be mapped.
+Status CheckLayers(const SafetensorsHeader& header, std::vector<ParsedLayer>& layers);
 
 // The offset the layer's cache has after load, from the header alone;
 // nullopt for classes without a scalar offset.

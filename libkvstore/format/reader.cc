@@ -66,6 +66,11 @@ LayerInfo DescribeLayer(const ParsedLayer& layer, size_t index, const Safetensor
   }
   for (size_t c = 0; c < layer.children.size(); ++c) info.children.push_back(DescribeLayer(layer.children[c], c, h));
   if (!layer.unsupported.ok()) info.unsupported = std::string(layer.unsupported.message());
+  if (layer.problem.IsNotSupported()) {
+    info.unsupported = std::string(layer.problem.message());
+  } else if (!layer.problem.ok()) {
+    info.errors.emplace_back(layer.problem.message());
+  }
   return info;
 }
 
@@ -184,6 +189,10 @@ std::optional<int64_t> PromptCacheInfo::tokens() const {
   return best;
 }
 
+bool PromptCacheInfo::valid() const {
+  return std::all_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.errors.empty(); });
+}
+
 std::string PromptCacheInfo::format() const {
   return compression ? "safetensors+" + compression->codec : "safetensors";
 }
@@ -230,6 +239,7 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   Result<ParsedFile> parsed = ParseLayout(r->header);
   if (!parsed.ok()) return parsed.status().WithPrefix(path);
   r->parsed = std::move(parsed).value();
+  KV_RETURN_IF_ERROR(CheckLayers(r->header, r->parsed.layers).WithPrefix(path));
   ReadDigests(*r);
 
   PromptCacheInfo& info = r->info;
@@ -247,26 +257,46 @@ const PromptCacheInfo& PromptCacheReader::info() const { return impl_->info; }
 size_t PromptCacheReader::num_layers() const { return impl_->parsed.layers.size(); }
 const std::string& PromptCacheReader::path() const { return impl_->path; }
 
+namespace {
+
+// How a load reports layer `index`'s problems: "<path>: layer i (<class>): <rule>".
+std::string LayerWhere(const ReaderImpl& r, size_t index) {
+  return r.path + ": layer " + std::to_string(index) + " (" + r.parsed.layers[index].stored_class + ")";
+}
+
+Status LayerProblem(const ReaderImpl& r, size_t index) {
+  const ParsedLayer& layer = r.parsed.layers[index];
+  if (!layer.unsupported.ok()) {
+    return Status::NotSupported(LayerWhere(r, index) + ": " + std::string(layer.unsupported.message()));
+  }
+  return layer.problem.WithPrefix(LayerWhere(r, index));
+}
+
+}  // namespace
+
+Status PromptCacheReader::Validate() const {
+  const Impl& r = *impl_;
+  // Impossible layers first: a broken file is reported as broken even when
+  // it or another layer is merely unsupported.
+  for (size_t i = 0; i < r.parsed.layers.size(); ++i) {
+    if (r.parsed.layers[i].problem.IsCorruption()) return LayerProblem(r, i);
+  }
+  KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
+  for (size_t i = 0; i < r.parsed.layers.size(); ++i) KV_RETURN_IF_ERROR(LayerProblem(r, i));
+  return Status::OK();
+}
+
 Result<std::shared_ptr<Cache>> PromptCacheReader::ReadLayer(size_t index, bool verify) const {
   const Impl& r = *impl_;
   const ParsedLayer& layer = r.parsed.layers[index];
-  const std::string where = r.path + ": layer " + std::to_string(index) + " (" + layer.stored_class + ")";
   KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
-  if (!layer.unsupported.ok()) {
-    return Status::NotSupported(where + ": " + std::string(layer.unsupported.message()));
-  }
+  // Refused from the header alone, before any byte is read.
+  KV_RETURN_IF_ERROR(LayerProblem(r, index));
   if (verify) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
   KV_ASSIGN_OR_RETURN(TensorArrays arrays, r.Fetch(layer.tensors));
   if (verify) KV_RETURN_IF_ERROR(r.CheckTensors(layer.tensors, arrays));
   Result<std::unique_ptr<Cache>> built = BuildLayer(layer, arrays);
-  if (!built.ok()) {
-    const Status& s = built.status();
-    // A state the class refuses is a malformed file, not a caller error; a
-    // class we do not know is a file we cannot read.
-    if (s.code() == StatusCode::kInvalidArgument) return Status::Corruption(where + ": " + std::string(s.message()));
-    if (s.code() == StatusCode::kNotFound) return Status::NotSupported(where + ": " + std::string(s.message()));
-    return s.WithPrefix(where);
-  }
+  if (!built.ok()) return FileError(built.status()).WithPrefix(LayerWhere(r, index));
   return std::shared_ptr<Cache>(std::move(built).value());
 }
 
