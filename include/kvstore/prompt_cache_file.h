@@ -40,12 +40,27 @@
 
 namespace kvstore {
 
+// Who is to read a file, and so how it is laid out (docs/format.md §5,
+// docs/compat.md). The two mlx-lm layouts differ only in ArraysCache (and
+// MambaCache) layers, so a file without one is the same in both and reads as
+// kMlxLm.
 enum class PromptCacheLayout {
-  kMlxLm,        // mlx-lm's save_prompt_cache (format v1)
+  // mlx-lm's save_prompt_cache since 2026-08 (format v1): ArraysCache state
+  // [slots, left_padding, lengths], tensors "i.0.k", "i.1", "i.2". mlx-lm
+  // 0.31.x misreads it silently; mlx-lm since that change reads it.
+  kMlxLm,
   kMlxSwiftLm,   // mlx-swift-lm's flat layout (docs/format.md §5.6)
   kMlxLmLegacy,  // the first cache_prompt format: "{i}_keys" / "{i}_values" (read only)
+  // mlx-lm 0.31.x (the release `pip install mlx-lm` gives) and earlier:
+  // ArraysCache state is the flat slot list, tensors "i.k"; no left_padding
+  // or lengths. mlx-lm since the change refuses it loudly (except a 3-slot
+  // ArraysCache, which it misreads). The default for saves.
+  kMlxLm031,
 };
-std::string_view LayoutName(PromptCacheLayout layout);  // "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy"
+// "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy", "mlx-lm-0.31".
+std::string_view LayoutName(PromptCacheLayout layout);
+// The layout named `name` (LayoutName's inverse); nullopt for other names.
+std::optional<PromptCacheLayout> LayoutFromName(std::string_view name);
 
 // Metadata keys this library owns (stored under mlx-lm's user namespace "1.").
 inline constexpr std::string_view kFormatKey = "kvstore_format";          // "kvstore/1"
@@ -59,7 +74,9 @@ bool IsKvstoreMetadataKey(std::string_view user_key);
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 struct SavePromptCacheOptions {
-  PromptCacheLayout layout = PromptCacheLayout::kMlxLm;  // kMlxLm or kMlxSwiftLm
+  // The reader to write for: kMlxLm031 (default: what the released mlx-lm
+  // reads; docs/compat.md says why), kMlxLm or kMlxSwiftLm.
+  PromptCacheLayout layout = PromptCacheLayout::kMlxLm031;
   bool integrity = true;                 // write SHA-256 digests
   std::optional<int> compression_level;  // set: seekable zstd container at this level
   ZstdCodec codec = ZstdCodec::kZstd;    // with compression: plain frames or byte planes
@@ -87,8 +104,10 @@ struct LoadedPromptCache {
 // Saves atomically (temp file, fsync, rename). Errors: InvalidArgument for a
 // cache the layout's loader cannot read (mlx-lm: an empty KVCache, a None
 // ArraysCache slot, a user key that is empty, contains '.' or is an
-// integer), NotSupported for a class the layout lacks (mlx-swift-lm has no
-// batch caches), and the Env's errors; the old file is then left untouched.
+// integer; mlx-lm 0.31: an ArraysCache with left_padding or lengths, which
+// that layout cannot hold), NotSupported for a class the layout lacks
+// (mlx-swift-lm has no batch caches), and the Env's errors; the old file is
+// then left untouched.
 // Plain files are hashed while they are written; the header, whose digests
 // are fixed-length, is written last into the space reserved for it.
 Status SavePromptCache(Env* env, const std::string& path, const PromptCache& cache,
@@ -165,8 +184,9 @@ struct PromptCacheInfo {
 Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,
                                             const ParseLimits& limits = {});
 
-// Options that write a file in the layout and container `info` describes
-// (the legacy layout, which is read-only, becomes mlx-lm; levels are not
+// Options that write a file in the layout and container `info` describes,
+// so a conversion keeps its input's mlx-lm version (the legacy layout, which
+// is read-only and holds only KVCaches, becomes mlx-lm; levels are not
 // recorded, so a compressed file gets the codec's default: 3 for zstd, 1 for
 // byte planes), with digests.
 SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info);

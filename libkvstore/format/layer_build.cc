@@ -1,6 +1,5 @@
 // Building a cache from a parsed layer description, and what the header
 // alone says about it (docs/format.md §5).
-#include "kvstore/arrays_cache.h"
 #include "kvstore/cache_list.h"
 #include "kvstore/chunked_kv_cache.h"
 #include "kvstore/kv_cache.h"
@@ -51,13 +50,6 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const Tensor
     return std::unique_ptr<Cache>(std::make_unique<CacheList>(std::move(children)));
   }
   if (layer.empty_state) return EmptyCache(layer);
-  if (layer.legacy_arrays) {
-    std::unique_ptr<ArraysCache> legacy = layer.class_name == "MambaCache" ? std::make_unique<MambaCache>()
-                                                                           : std::make_unique<ArraysCache>(0);
-    KV_RETURN_IF_ERROR(legacy->SetLegacyState(layer.state.Resolve(arrays)));
-    KV_RETURN_IF_ERROR(legacy->SetMetaState(layer.meta));
-    return std::unique_ptr<Cache>(std::move(legacy));
-  }
   return CacheFromState(layer.class_name, layer.state.Resolve(arrays), layer.meta);
 }
 

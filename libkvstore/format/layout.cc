@@ -137,6 +137,8 @@ Status ParseMlxLmLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
     return Status::Corruption("tensors for " + std::to_string(tensor_layers->size()) + " layers but " +
                               std::to_string(layers) + " class names");
   }
+  // The first layer with an ArraysCache in each mlx-lm layout.
+  std::optional<size_t> release_layer, current_layer;
   for (size_t i = 0; i < layers; ++i) {
     ParsedLayer layer;
     layer.class_name = layer.stored_class = meta.classes[i];
@@ -147,13 +149,18 @@ Status ParseMlxLmLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
       layer.state = std::move(state).value();
     }
     CollectTensors(layer.state, layer.tensors);
-    // Pre-2026-08 ArraysCache files hold a flat slot list (spec §14.8).
-    layer.legacy_arrays = (layer.class_name == "ArraysCache" || layer.class_name == "MambaCache") &&
-                          !layer.state.items.empty() &&
-                          layer.state.items[0].kind == TensorTree::Kind::kTensor;
+    const ArraysCacheForms forms = NormalizeArraysCaches(layer);
+    if (forms.release && !release_layer) release_layer = i;
+    if (forms.current && !current_layer) current_layer = i;
     DescribeChildren(layer);
     out.layers.push_back(std::move(layer));
   }
+  if (release_layer && current_layer) {
+    return Status::Corruption("layers disagree on the ArraysCache layout: layer " + std::to_string(*release_layer) +
+                              " is laid out as mlx-lm 0.31 writes it, layer " + std::to_string(*current_layer) +
+                              " as the current mlx-lm does");
+  }
+  if (release_layer) out.layout = PromptCacheLayout::kMlxLm031;
   return Status::OK();
 }
 
@@ -239,29 +246,6 @@ Result<ParsedFile> ParseLayout(const SafetensorsHeader& h) {
     return out;
   }
   KV_RETURN_IF_ERROR(ParseMlxLmLayers(h, meta, out));
-  return out;
-}
-
-// ---- Writing (mlx-lm) ----
-
-Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index) {
-  const std::string i = std::to_string(index);
-  Result<CacheState> state = cache.State();
-  if (!state.ok()) {
-    return Status::InvalidArgument("layer " + i + " (" + std::string(cache.class_name()) +
-                                   ") cannot be saved: " + std::string(state.status().message()));
-  }
-  const MetaState meta = cache.meta_state();
-  if (cache.class_name() == "ChunkedKVCache" && meta.is_list() && meta.size() > 0 && meta[0].is_string() &&
-      meta[0].str() == "None") {
-    return Status::InvalidArgument("layer " + i + " (ChunkedKVCache) has chunk size None, which mlx-lm cannot load");
-  }
-  FlatLayer out;
-  KV_RETURN_IF_ERROR(FlattenState(*state, i, out.tensors).WithPrefix("layer " + i));
-  FlattenMeta(meta, "0." + i, out.metadata);
-  // MambaCache is saved under mlx-lm's current name (docs/compat.md).
-  const std::string_view cls = cache.class_name() == "MambaCache" ? "ArraysCache" : cache.class_name();
-  out.metadata.emplace_back("2." + i, std::string(cls));
   return out;
 }
 

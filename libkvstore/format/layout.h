@@ -52,8 +52,6 @@ struct ParsedLayer {
   TensorTree state;          // in mlx-lm's shape
   std::vector<size_t> tensors;  // every tensor of the layer (header indices)
   std::vector<ParsedLayer> children;  // CacheList children
-  // Pre-2026-08 ArraysCache: `state` is the flat slot list.
-  bool legacy_arrays = false;
   // mlx-swift-lm: a cache saved before its first update (no tensors); built
   // from the meta state alone.
   bool empty_state = false;
@@ -102,6 +100,27 @@ Status CheckLayers(const SafetensorsHeader& header, std::vector<ParsedLayer>& la
 // nullopt for classes without a scalar offset.
 std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header);
 
+// ---- The two mlx-lm layouts of ArraysCache (layout_arrays.cc) ----
+
+// mlx-lm's current ArraysCache state [slots, None, None] around a flat slot
+// list (None padding is mlx-lm's empty F32 array).
+TensorTree ArraysStateFromSlots(TensorTree slots);
+
+// Which ArraysCache layouts a layer uses (CacheList children included).
+struct ArraysCacheForms {
+  bool release = false;  // mlx-lm 0.31's flat slot list
+  bool current = false;  // [slots, left_padding, lengths]
+};
+// Rewrites every ArraysCache/MambaCache state of `layer` laid out as mlx-lm
+// 0.31 wrote it into the current shape, so both load alike.
+ArraysCacheForms NormalizeArraysCaches(ParsedLayer& layer);
+
+// The state and meta_state the mlx-lm of `layout` saves for `cache`:
+// ArraysCaches in that version's layout (InvalidArgument for padding the
+// 0.31 layout cannot hold), MambaCache children named ArraysCache.
+Result<CacheState> MlxLmState(const Cache& cache, PromptCacheLayout layout);
+MetaState MlxLmMeta(const Cache& cache);
+
 // ---- mlx-swift-lm (layout_swift.cc, layout_swift_write.cc) ----
 
 // mlx-swift-lm's model state (which kvstore cannot load): "1.<prefix>*"
@@ -139,9 +158,10 @@ struct FlatLayer {
   Metadata metadata;  // meta-state entries and the class-name entry
 };
 
-// mlx-lm's save_prompt_cache flattening of layer `index`. InvalidArgument
-// for a cache mlx-lm cannot save (empty, a None slot).
-Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index);
+// mlx-lm's save_prompt_cache flattening of layer `index` as the mlx-lm of
+// `layout` (kMlxLm or kMlxLm031) lays it out. InvalidArgument for a cache
+// that mlx-lm cannot save (empty, a None slot) or that layout cannot hold.
+Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index, PromptCacheLayout layout);
 // mlx-swift-lm's savePromptCache flattening of layer `index`. NotSupported
 // for classes mlx-swift-lm cannot load (the batch caches).
 Result<FlatLayer> FlattenLayerSwift(const Cache& cache, size_t index);

@@ -137,8 +137,9 @@ Status ParseArraysCache(const SwiftInput& in, const std::vector<std::string>& me
   layer.meta = MetaState("");
   const Result<int64_t> slot_count = meta.size() >= 2 ? ParseInt64(meta[0]) : ParseInt64("");
   if (!slot_count.ok()) {  // Swift's legacy form: meta [""], the slots compacted
-    layer.legacy_arrays = true;
-    for (size_t t : layer.tensors) layer.state.items.push_back(TensorTree::Tensor(t));
+    TensorTree slots;
+    for (size_t t : layer.tensors) slots.items.push_back(TensorTree::Tensor(t));
+    layer.state = ArraysStateFromSlots(std::move(slots));
     return Status::OK();
   }
   if (*slot_count < 0 || static_cast<size_t>(*slot_count) > ArraysCache::kMaxSlots) {

@@ -76,8 +76,7 @@ Status ValidatePromptCacheFile(Env* env, const std::string& path, const ParseLim
 
 SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info) {
   SavePromptCacheOptions options;
-  options.layout = info.layout == PromptCacheLayout::kMlxSwiftLm ? PromptCacheLayout::kMlxSwiftLm
-                                                                 : PromptCacheLayout::kMlxLm;
+  options.layout = info.layout == PromptCacheLayout::kMlxLmLegacy ? PromptCacheLayout::kMlxLm : info.layout;
   if (info.compression) {
     const bool planes = info.compression->codec == ZstdCodecName(ZstdCodec::kBytePlane);
     options.codec = planes ? ZstdCodec::kBytePlane : ZstdCodec::kZstd;

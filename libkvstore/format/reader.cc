@@ -16,8 +16,17 @@ std::string_view LayoutName(PromptCacheLayout layout) {
     case PromptCacheLayout::kMlxLm: return "mlx-lm";
     case PromptCacheLayout::kMlxSwiftLm: return "mlx-swift-lm";
     case PromptCacheLayout::kMlxLmLegacy: return "mlx-lm-legacy";
+    case PromptCacheLayout::kMlxLm031: return "mlx-lm-0.31";
   }
   return "unknown";
+}
+
+std::optional<PromptCacheLayout> LayoutFromName(std::string_view name) {
+  for (PromptCacheLayout l : {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxSwiftLm, PromptCacheLayout::kMlxLmLegacy,
+                              PromptCacheLayout::kMlxLm031}) {
+    if (LayoutName(l) == name) return l;
+  }
+  return std::nullopt;
 }
 
 bool IsKvstoreMetadataKey(std::string_view user_key) {

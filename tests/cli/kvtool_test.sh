@@ -24,11 +24,14 @@ expect_exit() {  # expect_exit CODE MESSAGE_SUBSTRING -- args...
 f16=$fixtures/mlx-lm/kvcache_f16_4l.safetensors
 
 # Golden output (human and JSON) for several fixtures.
-for name in kvcache_f16_4l cachelist_kv_rotating quantized_b4_g64 arrayscache_basic; do
-  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect "$name.safetensors" ) > "$tmp/$name.txt" || fail "inspect $name"
-  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect --json "$name.safetensors" ) > "$tmp/$name.json" || fail "inspect --json $name"
-  diff -u "$golden/$name.txt" "$tmp/$name.txt" || fail "inspect $name differs from golden"
-  diff -u "$golden/$name.json" "$tmp/$name.json" || fail "inspect --json $name differs from golden"
+# (golden name: the fixture's path under fixtures/mlx-lm, '/' spelled '.')
+for name in kvcache_f16_4l cachelist_kv_rotating cachelist_arrays_kv quantized_b4_g64 arrayscache_basic \
+            mlx-lm-v0.31.3/arrayscache_basic; do
+  g=${name//\//.}
+  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect "$name.safetensors" ) > "$tmp/$g.txt" || fail "inspect $name"
+  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect --json "$name.safetensors" ) > "$tmp/$g.json" || fail "inspect --json $name"
+  diff -u "$golden/$g.txt" "$tmp/$g.txt" || fail "inspect $name differs from golden"
+  diff -u "$golden/$g.json" "$tmp/$g.json" || fail "inspect --json $name differs from golden"
 done
 
 # Exit codes and messages for every error class.
@@ -165,6 +168,25 @@ expect_exit 4 "no mlx-swift-lm equivalent" -- convert "$fixtures/mlx-lm/batch_kv
 expect_exit 0 "" -- trim "$tmp/kvcache_f16_4l.swift" -n 5 -o "$tmp/ts.swift" -q
 "$kvtool" inspect --json "$tmp/ts.swift" | grep '"layout": "mlx-swift-lm"' > /dev/null || fail "trim changed the layout"
 "$kvtool" inspect --json "$tmp/ts.swift" | grep '"offset": 32' > /dev/null || fail "trim of a Swift file"
+
+# ArraysCache layouts of the current mlx-lm and of its 0.31 release: inspect
+# names them, a conversion keeps its input's unless --to names the other, and
+# the release's fixture and the current one convert into each other's layers.
+release=$fixtures/mlx-lm/mlx-lm-v0.31.3/arrayscache_basic.safetensors
+current=$fixtures/mlx-lm/arrayscache_basic.safetensors
+"$kvtool" inspect "$release" | grep "layout mlx-lm-0.31," > /dev/null || fail "inspect of a 0.31 file"
+expect_exit 0 "(3.3 KiB, mlx-lm-0.31)" -- convert "$release" -o "$tmp/r.safetensors" --integrity
+"$kvtool" inspect --json "$tmp/r.safetensors" | grep '"layout": "mlx-lm-0.31"' > /dev/null || fail "convert changed the layout"
+expect_exit 0 "mlx-lm)" -- convert "$release" -o "$tmp/c.safetensors" --to mlx-lm
+expect_exit 0 "mlx-lm-0.31)" -- convert "$current" -o "$tmp/r2.safetensors" --to mlx-lm-0.31
+for pair in "$release:$tmp/r2.safetensors" "$current:$tmp/c.safetensors"; do
+  out=$("$kvtool" diff "${pair%%:*}" "${pair##*:}" --max-error 0) || fail "diff $pair"
+  [[ $out == *"1 identical, max abs error 0"* ]] || fail "ArraysCache layouts do not convert into each other: $out"
+done
+"$kvtool" inspect "$tmp/r2.safetensors" --tensors | grep -E '^ +0\.1 +F32 +\[1, 4, 16, 8\]' > /dev/null || fail "0.31 tensor names"
+expect_exit 0 "" -- convert "$fixtures/mlx-lm/cachelist_arrays_kv.safetensors" -o "$tmp/cl.safetensors" --to mlx-lm-0.31 -q
+"$kvtool" inspect --json "$tmp/cl.safetensors" | grep '"name": "0.0.1"' > /dev/null || fail "CacheList child in the 0.31 layout"
+expect_exit 1 "--to must be mlx-lm, mlx-lm-0.31 or mlx-swift-lm" -- convert "$current" -o "$tmp/x.safetensors" --to mlx-lm-legacy
 
 # Byte-plane codec: a byte-exact container, refused loudly once `zstd -d` unpacks it.
 expect_exit 0 "" -- convert "$f16" -o "$tmp/bp.safetensors" --compress --codec byteplane -q
