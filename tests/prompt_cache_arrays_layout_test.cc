@@ -164,12 +164,12 @@ TEST_F(ArraysSaveTest, SavesForTheReleaseByDefault) {
 // mlx-lm 0.31 stores no padding: a cache with some is refused, not truncated.
 TEST_F(ArraysSaveTest, PaddingTheReleaseCannotHoldIsRefused) {
   EXPECT_THAT(SavePromptCache(env_.get(), "/p", {Arrays({1, 0})}, {}),
-              HasCode(StatusCode::kInvalidArgument,
+              HasCode(StatusCode::kNotSupported,
                       "layer 0 (ArraysCache) cannot be saved: ArraysCache left_padding I32[2] cannot be stored in "
                       "mlx-lm 0.31's layout, which holds only the slots (save for mlx-lm, the current layout)"));
   auto list = std::make_shared<CacheList>(std::vector<std::shared_ptr<Cache>>{Arrays({1, 0})});
   EXPECT_THAT(SavePromptCache(env_.get(), "/p", {list}, {}),
-              HasCode(StatusCode::kInvalidArgument, "layer 0 (CacheList) cannot be saved: CacheList child 0: "
+              HasCode(StatusCode::kNotSupported, "layer 0 (CacheList) cannot be saved: CacheList child 0: "
                                                     "ArraysCache left_padding"));
   EXPECT_FALSE(env_->FileExists("/p"));
   SavePromptCacheOptions current;

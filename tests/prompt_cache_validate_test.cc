@@ -104,6 +104,11 @@ std::vector<HostileCase> HostileCases() {
             "packed width does not match bits 4 / group size 64");
   quantized("QuantizedMissingBiases", [](Quantized& q) { q.with_biases = false; },
             "state keys must be a list of 3 arrays (packed, scales, biases)");
+  quantized("QuantizedValuesDisagreeInTokens", [](Quantized& q) {
+    q.packed = Typed(DType::kU32, {1, 2, 3, 8});
+    q.scales = q.biases = F16({1, 2, 3, 1});
+    q.meta[0] = "3";
+  }, "keys and values disagree in B, H or S");
   quantized("QuantizedPackedAsI32", [](Quantized& q) { q.packed = Typed(DType::kI32, {1, 2, 4, 8}); },
             "state keys I32[1, 2, 4, 8], F16[1, 2, 4, 1], F16[1, 2, 4, 1] is not a U32 packed rank-4 array with "
             "matching float scales/biases");
@@ -153,6 +158,15 @@ std::vector<HostileCase> HostileCases() {
   add("BatchOffsetPerRow", {{"0.0", k}, {"0.1", k}, {"0.2", Typed(DType::kI32, {2})}, {"0.3", Typed(DType::kI32, {1})}},
       {{"2.0", "BatchKVCache"}, {"0.0", ""}}, corrupt,
       "layer 0 (BatchKVCache): BatchKVCache: offset and left_padding must have one entry per batch row (1)");
+  const std::vector<NamedArray> batch = {{"0.0", k}, {"0.1", k}, {"0.2", Typed(DType::kI32, {1})},
+                                         {"0.3", Typed(DType::kI32, {1})}};
+  add("BatchRotatingIdxOutOfRange", batch,
+      {{"2.0", "BatchRotatingKVCache"}, {"0.0.0", "4"}, {"0.0.1", "4"}, {"0.0.2", "5"}, {"0.0.3", "False"}}, corrupt,
+      "layer 0 (BatchRotatingKVCache): BatchRotatingKVCache: meta_state max_size 4, _offset 4, _idx 5 out of range");
+  std::vector<NamedArray> slots = {{"0.1", Typed(DType::kF32, {0})}, {"0.2", Typed(DType::kF32, {0})}};
+  for (int i = 0; i <= 4096; ++i) slots.push_back({"0.0." + std::to_string(i), Typed(DType::kF32, {0})});
+  add("ArraysCacheTooManySlots", slots, {{"2.0", "ArraysCache"}, {"0.0", ""}}, corrupt,
+      "layer 0 (ArraysCache): ArraysCache: 4097 slots exceed the limit of 4096");
   // ---- mlx-swift-lm layout ----
   add("SwiftRotatingKeepBeyondMaxSize", rot,
       {{"2.0", "RotatingKVCache"}, {"0.0.0", "9"}, {"0.0.1", "4"}, {"0.0.2", "256"}, {"0.0.3", "4"}, {"0.0.4", "4"}},
@@ -213,7 +227,7 @@ TEST_P(HostileLayerTest, InspectionListsTheProblemUnderItsLayer) {
 INSTANTIATE_TEST_SUITE_P(All, HostileLayerTest, ::testing::ValuesIn(HostileCases()),
                          [](const ::testing::TestParamInfo<HostileCase>& p) { return p.param.name; });
 
-TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 35u); }
+TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 38u); }
 
 // Every file mlx-lm wrote (all versions) passes, as it loads.
 TEST(ValidateTest, EveryFixtureIsValid) {

@@ -104,10 +104,9 @@ struct LoadedPromptCache {
 // Saves atomically (temp file, fsync, rename). Errors: InvalidArgument for a
 // cache the layout's loader cannot read (mlx-lm: an empty KVCache, a None
 // ArraysCache slot, a user key that is empty, contains '.' or is an
-// integer; mlx-lm 0.31: an ArraysCache with left_padding or lengths, which
-// that layout cannot hold), NotSupported for a class the layout lacks
-// (mlx-swift-lm has no batch caches), and the Env's errors; the old file is
-// then left untouched.
+// integer), NotSupported for what the layout lacks (mlx-swift-lm has no
+// batch caches; mlx-lm 0.31 stores no ArraysCache left_padding or lengths),
+// and the Env's errors; the old file is then left untouched.
 // Plain files are hashed while they are written; the header, whose digests
 // are fixed-length, is written last into the space reserved for it.
 Status SavePromptCache(Env* env, const std::string& path, const PromptCache& cache,

@@ -117,7 +117,7 @@ ArraysCacheForms NormalizeArraysCaches(ParsedLayer& layer);
 
 // The state and meta_state the mlx-lm of `layout` saves for `cache`:
 // ArraysCaches in that version's layout (InvalidArgument for padding the
-// 0.31 layout cannot hold), MambaCache children named ArraysCache.
+// 0.31 layout cannot hold: NotSupported), MambaCache children named ArraysCache.
 Result<CacheState> MlxLmState(const Cache& cache, PromptCacheLayout layout);
 MetaState MlxLmMeta(const Cache& cache);
 
@@ -160,7 +160,8 @@ struct FlatLayer {
 
 // mlx-lm's save_prompt_cache flattening of layer `index` as the mlx-lm of
 // `layout` (kMlxLm or kMlxLm031) lays it out. InvalidArgument for a cache
-// that mlx-lm cannot save (empty, a None slot) or that layout cannot hold.
+// that mlx-lm cannot save (empty, a None slot), NotSupported for one that
+// layout cannot hold (ArraysCache padding in kMlxLm031).
 Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index, PromptCacheLayout layout);
 // mlx-swift-lm's savePromptCache flattening of layer `index`. NotSupported
 // for classes mlx-swift-lm cannot load (the batch caches).

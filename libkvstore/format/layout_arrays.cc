@@ -63,7 +63,7 @@ Result<CacheState> MlxLmState(const Cache& cache, PromptCacheLayout layout) {
   // [slots, left_padding, lengths] -> slots: the release stores nothing else.
   for (size_t i : {size_t{1}, size_t{2}}) {
     if (state[i].array().numel() != 0) {
-      return Status::InvalidArgument(std::string(i == 1 ? "ArraysCache left_padding " : "ArraysCache lengths ") +
+      return Status::NotSupported(std::string(i == 1 ? "ArraysCache left_padding " : "ArraysCache lengths ") +
                                      state[i].array().Describe() +
                                      " cannot be stored in mlx-lm 0.31's layout, which holds only the slots "
                                      "(save for mlx-lm, the current layout)");
@@ -87,8 +87,11 @@ Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index, PromptCach
   const std::string i = std::to_string(index);
   Result<CacheState> state = MlxLmState(cache, layout);
   if (!state.ok()) {
-    return Status::InvalidArgument("layer " + i + " (" + std::string(cache.class_name()) +
-                                   ") cannot be saved: " + std::string(state.status().message()));
+    // What the layout cannot hold stays NotSupported; a state mlx-lm cannot
+    // save at all (an empty KVCache) is the caller's.
+    const StatusCode code = state.status().IsNotSupported() ? StatusCode::kNotSupported : StatusCode::kInvalidArgument;
+    return Status(code, "layer " + i + " (" + std::string(cache.class_name()) + ") cannot be saved: " +
+                            std::string(state.status().message()));
   }
   const MetaState meta = MlxLmMeta(cache);
   if (cache.class_name() == "ChunkedKVCache" && meta.is_list() && meta.size() > 0 && meta[0].is_string() &&

@@ -187,6 +187,11 @@ done
 expect_exit 0 "" -- convert "$fixtures/mlx-lm/cachelist_arrays_kv.safetensors" -o "$tmp/cl.safetensors" --to mlx-lm-0.31 -q
 "$kvtool" inspect --json "$tmp/cl.safetensors" | grep '"name": "0.0.1"' > /dev/null || fail "CacheList child in the 0.31 layout"
 expect_exit 1 "--to must be mlx-lm, mlx-lm-0.31 or mlx-swift-lm" -- convert "$current" -o "$tmp/x.safetensors" --to mlx-lm-legacy
+# The 0.31 layout has no room for an ArraysCache's left padding.
+write_st "$tmp/padded.safetensors" '{"__metadata__":{"0.0":"","2.0":"ArraysCache"},"0.0.0":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},"0.1":{"dtype":"I32","shape":[1],"data_offsets":[8,12]},"0.2":{"dtype":"F32","shape":[0],"data_offsets":[12,12]}}' 12
+expect_exit 4 "layer 0 (ArraysCache) cannot be saved: ArraysCache left_padding I32[1] cannot be stored in mlx-lm 0.31's layout" \
+  -- convert "$tmp/padded.safetensors" -o "$tmp/x.safetensors" --to mlx-lm-0.31
+expect_exit 0 "" -- convert "$tmp/padded.safetensors" -o "$tmp/padded-digests.safetensors" --integrity -q
 
 # Byte-plane codec: a byte-exact container, refused loudly once `zstd -d` unpacks it.
 expect_exit 0 "" -- convert "$f16" -o "$tmp/bp.safetensors" --compress --codec byteplane -q
