@@ -1,4 +1,5 @@
-// Header-only validation of every layer (docs/format.md §5.7).
+// Header-only validation of every layer (docs/format.md §5.8): CheckLayers
+// at Open, PromptCacheReader::Validate and what ReadLayer refuses up front.
 //
 // Each layer is built by the load path itself (BuildLayer: the classes'
 // restore rules, CacheFromState) over placeholder arrays that have the
@@ -11,6 +12,7 @@
 #include <algorithm>
 
 #include "libkvstore/format/layout.h"
+#include "libkvstore/format/reader_impl.h"
 
 namespace kvstore {
 namespace {
@@ -52,6 +54,30 @@ Status CheckLayers(const SafetensorsHeader& header, std::vector<ParsedLayer>& la
     Result<std::unique_ptr<Cache>> built = BuildLayer(layer, placeholders);
     if (!built.ok()) layer.problem = FileError(built.status());
   }
+  return Status::OK();
+}
+
+std::string ReaderImpl::LayerWhere(size_t index) const {
+  return path + ": layer " + std::to_string(index) + " (" + parsed.layers[index].stored_class + ")";
+}
+
+Status ReaderImpl::LayerProblem(size_t index) const {
+  const ParsedLayer& layer = parsed.layers[index];
+  if (!layer.unsupported.ok()) {
+    return Status::NotSupported(LayerWhere(index) + ": " + std::string(layer.unsupported.message()));
+  }
+  return layer.problem.WithPrefix(LayerWhere(index));
+}
+
+Status PromptCacheReader::Validate() const {
+  const Impl& r = *impl_;
+  // Impossible layers first: a broken file is reported as broken even when
+  // it or another layer is merely unsupported.
+  for (size_t i = 0; i < r.parsed.layers.size(); ++i) {
+    if (r.parsed.layers[i].problem.IsCorruption()) return r.LayerProblem(i);
+  }
+  KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
+  for (size_t i = 0; i < r.parsed.layers.size(); ++i) KV_RETURN_IF_ERROR(r.LayerProblem(i));
   return Status::OK();
 }
 

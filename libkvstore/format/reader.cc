@@ -266,46 +266,17 @@ const PromptCacheInfo& PromptCacheReader::info() const { return impl_->info; }
 size_t PromptCacheReader::num_layers() const { return impl_->parsed.layers.size(); }
 const std::string& PromptCacheReader::path() const { return impl_->path; }
 
-namespace {
-
-// How a load reports layer `index`'s problems: "<path>: layer i (<class>): <rule>".
-std::string LayerWhere(const ReaderImpl& r, size_t index) {
-  return r.path + ": layer " + std::to_string(index) + " (" + r.parsed.layers[index].stored_class + ")";
-}
-
-Status LayerProblem(const ReaderImpl& r, size_t index) {
-  const ParsedLayer& layer = r.parsed.layers[index];
-  if (!layer.unsupported.ok()) {
-    return Status::NotSupported(LayerWhere(r, index) + ": " + std::string(layer.unsupported.message()));
-  }
-  return layer.problem.WithPrefix(LayerWhere(r, index));
-}
-
-}  // namespace
-
-Status PromptCacheReader::Validate() const {
-  const Impl& r = *impl_;
-  // Impossible layers first: a broken file is reported as broken even when
-  // it or another layer is merely unsupported.
-  for (size_t i = 0; i < r.parsed.layers.size(); ++i) {
-    if (r.parsed.layers[i].problem.IsCorruption()) return LayerProblem(r, i);
-  }
-  KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
-  for (size_t i = 0; i < r.parsed.layers.size(); ++i) KV_RETURN_IF_ERROR(LayerProblem(r, i));
-  return Status::OK();
-}
-
 Result<std::shared_ptr<Cache>> PromptCacheReader::ReadLayer(size_t index, bool verify) const {
   const Impl& r = *impl_;
   const ParsedLayer& layer = r.parsed.layers[index];
   KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
   // Refused from the header alone, before any byte is read.
-  KV_RETURN_IF_ERROR(LayerProblem(r, index));
+  KV_RETURN_IF_ERROR(r.LayerProblem(index));
   if (verify) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
   KV_ASSIGN_OR_RETURN(TensorArrays arrays, r.Fetch(layer.tensors));
   if (verify) KV_RETURN_IF_ERROR(r.CheckTensors(layer.tensors, arrays));
   Result<std::unique_ptr<Cache>> built = BuildLayer(layer, arrays);
-  if (!built.ok()) return FileError(built.status()).WithPrefix(LayerWhere(r, index));
+  if (!built.ok()) return FileError(built.status()).WithPrefix(r.LayerWhere(index));
   return std::shared_ptr<Cache>(std::move(built).value());
 }
 

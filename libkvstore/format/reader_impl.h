@@ -53,6 +53,12 @@ struct PromptCacheReader::Impl {
   // FailedPrecondition without digests, Corruption when the header digest
   // does not match.
   Status CheckHeaderDigest() const;
+
+  // How a load names layer `index`: "<path>: layer i (<class>)".
+  std::string LayerWhere(size_t index) const;
+  // What header-only validation found for layer `index` (OK when nothing),
+  // as ReadLayer returns it (layer_check.cc).
+  Status LayerProblem(size_t index) const;
 };
 
 // The library's access to a reader's state.
