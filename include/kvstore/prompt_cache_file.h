@@ -121,9 +121,11 @@ using LayerSource = std::function<Result<std::shared_ptr<const Cache>>(size_t in
 Status SavePromptCache(Env* env, const std::string& path, size_t num_layers, const LayerSource& source,
                        const Metadata& user_metadata, const SavePromptCacheOptions& options = {});
 
-// Loads a prompt cache. Corruption for malformed files (naming the rule),
-// NotSupported for what we recognise but cannot read (mlx-lm's v2 layout, an
-// unknown class name, mlx-swift-lm model state), NotFound for a missing file.
+// Loads a prompt cache. Corruption for malformed files (naming the rule; an
+// impossible layer is found from the header, PromptCacheReader::Validate,
+// before any layer is built), NotSupported for what we recognise but cannot
+// read (mlx-lm's v2 layout, an unknown class name, mlx-swift-lm model
+// state), NotFound for a missing file.
 Result<LoadedPromptCache> LoadPromptCache(Env* env, const std::string& path,
                                           const LoadPromptCacheOptions& options = {});
 
@@ -284,8 +286,11 @@ struct ConvertOptions {
 };
 
 // Re-writes `in` as `out` layer by layer with bounded memory (about one
-// layer plus the compression frames in flight). `out` may equal `in`: the
-// input stays mapped and is replaced atomically at the end.
+// layer plus the compression frames in flight), in `options.output.layout`
+// (SameFormatAs keeps the input's). A file with an impossible or
+// unsupported layer is refused before anything is written (as Validate).
+// `out` may equal `in`: the input stays mapped and is replaced atomically
+// at the end.
 Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string& out,
                               const ConvertOptions& options);
 
@@ -309,7 +314,9 @@ struct TranscodeOptions {
 // plain file inside is copied byte for byte, so compressing and then
 // decompressing gives back the input exactly. Streams frame by frame on all
 // cores (decompression is pipelined with the writes). Does not check
-// digests (use VerifyPromptCacheFile). `out` may equal `in`.
+// digests (use VerifyPromptCacheFile); refuses a file with an impossible
+// layer (Corruption, as Validate), copies one with a layer kvstore cannot
+// load. `out` may equal `in`.
 Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::string& out,
                                 const TranscodeOptions& options);
 

@@ -9,7 +9,12 @@ namespace {
 
 std::string Quoted(std::string_view text) {
   constexpr size_t kShown = 40;
-  return "\"" + std::string(text.substr(0, kShown)) + (text.size() > kShown ? "...\"" : "\"");
+  // Appended piece by piece: operator+ on a literal here trips GCC 12's
+  // -Wrestrict false positive at -O3 (GCC PR 105329).
+  std::string out = "\"";
+  out.append(text.substr(0, kShown));
+  out.append(text.size() > kShown ? "...\"" : "\"");
+  return out;
 }
 
 bool IsPythonSpace(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
