@@ -32,7 +32,8 @@ kvstore::ProgressFn ProgressBar::Callback() {
 void ProgressBar::Draw(uint64_t done, uint64_t total) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
-  // At most ten redraws a second, and none for operations under half a second.
+  // At most ten redraws a second, the first after half a second; the final
+  // state (done == total) is always drawn.
   if (done < total && (now - last_ < std::chrono::milliseconds(100) ||
                        now - start_ < std::chrono::milliseconds(500))) {
     return;
