@@ -156,8 +156,16 @@ TEST(RedisHostileServer, GarbageIsAProtocolError) {
 TEST(RedisHostileServer, WrongReplyTypeIsAnError) {
   ExpectErrorThenRecovery(":1\r\n", StatusCode::kIOError, "GET 'k': unexpected integer reply");
 }
-TEST(RedisHostileServer, HugeBulkLengthTimesOutWithoutAllocating) {
-  ExpectErrorThenRecovery("$99999999999\r\n", StatusCode::kIOError, "timeout after");
+TEST(RedisHostileServer, HugeBulkLengthIsRefusedBeforeAllocating) {
+  ExpectErrorThenRecovery("$99999999999\r\n", StatusCode::kIOError, "reply larger than 1048576 bytes");
+}
+TEST(RedisHostileServer, ValueThatNeverArrivesTimesOut) {
+  ExpectErrorThenRecovery("$900000\r\nabc", StatusCode::kIOError, "timeout after");  // large value
+  ExpectErrorThenRecovery("$1000\r\nabc", StatusCode::kIOError, "timeout after");    // small value
+}
+TEST(RedisHostileServer, LargeValueWithoutItsCrlfIsAProtocolError) {
+  ExpectErrorThenRecovery("$70000\r\n" + std::string(70000, 'v') + "XY", StatusCode::kIOError,
+                          "not followed by CRLF");
 }
 TEST(RedisHostileServer, OversizedReplyIsRefused) {
   ExpectErrorThenRecovery("$5000000\r\n" + std::string(5000000, 'x') + "\r\n", StatusCode::kIOError,

@@ -2,6 +2,7 @@
 // redirection parsing, and the reply parser on hostile bytes.
 #include "kvstore/redis_backend.h"
 #include "libkvstore/remote/redis_connection.h"
+#include "libkvstore/remote/redis_large_bulk.h"
 #include "libkvstore/remote/redis_slots.h"
 #include "testutil.h"
 
@@ -76,6 +77,9 @@ TEST(RedisUrl, RedactsThePassword) {
   EXPECT_EQ(RedactedRedisUrl(u), "redis://u:***@[::1]:7");
   ASSERT_OK_AND_ASSIGN(u, ParseRedisUrl("redis://h:7"));
   EXPECT_EQ(RedactedRedisUrl(u), "redis://h:7");
+  ASSERT_OK_AND_ASSIGN(u, ParseRedisUrl("redis://a%25b%40:pw@h:7"));
+  EXPECT_EQ(u.user, "a%b@");
+  EXPECT_EQ(RedactedRedisUrl(u), "redis://a%25b%40:***@h:7");  // parses back
 }
 
 TEST(RedisSlots, Crc16AndHashTagsMatchRedis) {
@@ -198,6 +202,20 @@ TEST(RedisReplies, ParsesEveryType) {
   EXPECT_TRUE(replies[8].elements.empty());
 }
 
+TEST(RedisReplies, LargeBulkStringsBetweenOtherReplies) {
+  std::string big(100000, 'b'), exact(RedisLargeBulk::kMinBytes, 'e');
+  std::string bytes = ":1\r\n$100000\r\n" + big + "\r\n$" + std::to_string(exact.size()) + "\r\n" +
+                      exact + "\r\n*1\r\n$100000\r\n" + big + "\r\n$-1\r\n";
+  ASSERT_OK_AND_ASSIGN(auto replies, ParseRedisReplies(bytes, 1 << 20));
+  ASSERT_EQ(replies.size(), 5u);
+  EXPECT_EQ(replies[0].integer, 1);
+  EXPECT_EQ(replies[1].type, Type::kString);
+  EXPECT_TRUE(replies[1].str == big);
+  EXPECT_TRUE(replies[2].str == exact);
+  EXPECT_TRUE(replies[3].elements[0].str == big);  // nested: parsed by hiredis
+  EXPECT_EQ(replies[4].type, Type::kNil);
+}
+
 TEST(RedisReplies, RefusesHostileBytes) {
   struct Case {
     std::string bytes;
@@ -216,6 +234,10 @@ TEST(RedisReplies, RefusesHostileBytes) {
       {"*3\r\n:1\r\n", "end inside a reply"},
       {":12", "end inside a reply"},
       {"$2000000\r\n" + std::string(1100000, 'x'), "reply larger than 1048576 bytes"},
+      {"$1048577\r\n", "reply larger than 1048576 bytes"},
+      {"$70000\r\n" + std::string(70000, 'x') + "\n\r", "not followed by CRLF"},
+      {"$70000\r\n" + std::string(69999, 'x'), "end inside a reply"},
+      {"*1\r\n$2000000\r\n" + std::string(1100000, 'x'), "reply larger than 1048576 bytes"},
   };
   for (const Case& c : cases) {
     EXPECT_THAT(ParseRedisReplies(c.bytes, 1 << 20), HasCode(StatusCode::kIOError, c.message))

@@ -58,8 +58,8 @@ Result<RedisReply> RedisAdmin::Run(const std::vector<std::string>& args) {
   e.pipeline.Add(views);
   RedisExchange* one[] = {&e};
   RedisTraffic traffic;
-  RunExchanges(one, RedisDeadline{std::chrono::steady_clock::now(), std::chrono::seconds(10), 0},
-               traffic);
+  RedisDeadline deadline{std::chrono::steady_clock::now(), std::chrono::seconds(10), 0};
+  RunExchanges(one, deadline, traffic);
   KV_RETURN_IF_ERROR(e.status);
   return std::move(e.replies[0]);
 }

@@ -4,9 +4,10 @@
 // What it does for the caller (see docs/design.md, "Shared tier (Redis)"):
 //   * A pool of connections per node; each new connection authenticates
 //     (AUTH user password, the ACL form) before it is used.
-//   * Every call has a deadline: `command_timeout` plus the time its bytes
-//     take at `min_transfer_bytes_per_second`. A dead, stopped or slow node
-//     turns the call into IOError by then; nothing waits longer.
+//   * Every call is bounded: a node that stops answering turns it into
+//     IOError `command_timeout` after the last byte moved, and no call runs
+//     longer than `command_timeout` plus its bytes at
+//     `min_transfer_bytes_per_second`. Nothing waits longer.
 //   * A node that failed is not contacted again until its backoff window
 //     (exponential, `backoff_initial` doubling up to `backoff_max`) has
 //     passed: calls that need it fail fast with IOError meanwhile.
@@ -60,11 +61,12 @@ std::string RedactedRedisUrl(const RedisUrl& url);
 struct RedisOptions {
   std::string url;  // redis://[USER:PASSWORD@]HOST:PORT; any node of a cluster
   std::chrono::milliseconds connect_timeout{100};
+  // A call fails when no byte has moved for command_timeout (a stopped or
+  // dead server), and in any case once it has run for command_timeout plus
+  // its bytes so far at min_transfer_bytes_per_second (a server that
+  // dribbles). So a 32 MiB value that keeps flowing is never cut off.
   std::chrono::milliseconds command_timeout{100};
-  // Large values need transfer time: each call's deadline grows by its bytes
-  // at this rate (the bytes it sends, and the bytes as they arrive), so a
-  // 32 MiB value is not cut off while a stalled server still is.
-  uint64_t min_transfer_bytes_per_second = 64ull << 20;
+  uint64_t min_transfer_bytes_per_second = 8ull << 20;
   size_t max_idle_connections_per_node = 8;
   std::chrono::milliseconds backoff_initial{50};
   std::chrono::milliseconds backoff_max{2000};

@@ -11,6 +11,9 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <optional>
+
+#include "libkvstore/remote/redis_large_bulk.h"
 
 namespace kvstore {
 namespace {
@@ -38,8 +41,40 @@ class RedisReplyParser {
     if (reader_ != nullptr) redisReaderFree(reader_);
   }
 
-  // Feeds `n` bytes and appends each reply they complete to `out`.
+  // Feeds `n` bytes and appends each reply they complete to `out`. A large
+  // bulk string that starts at a reply boundary goes to large_bulk_.
   Status Feed(const char* data, size_t n, std::vector<RedisReply>& out, std::string_view node) {
+    while (n > 0) {
+      if (!large_bulk_.active() && bytes_since_reply_ == 0) {
+        Result<size_t> header = large_bulk_.Start(data, n, max_reply_bytes_);
+        if (!header.ok()) return Fail(node, header.status().message());
+        data += *header;
+        n -= *header;
+      }
+      if (!large_bulk_.active()) return FeedHiredis(data, n, out, node);
+      std::optional<std::string> done;
+      Result<size_t> used = large_bulk_.Take(data, n, done);
+      if (!used.ok()) return Fail(node, used.status().message());
+      data += *used;
+      n -= *used;
+      if (done) {
+        out.emplace_back();
+        out.back().type = RedisReply::Type::kString;
+        out.back().str = std::move(*done);
+      }
+    }
+    return Status::OK();
+  }
+
+  // Where socket bytes can go directly (see RedisLargeBulk::Target).
+  std::span<char> DirectTarget() { return large_bulk_.Target(); }
+  void CommitDirect(size_t n) { large_bulk_.Commit(n); }
+
+  // True when fed bytes end inside a reply.
+  bool mid_reply() const { return bytes_since_reply_ > 0 || large_bulk_.active(); }
+
+ private:
+  Status FeedHiredis(const char* data, size_t n, std::vector<RedisReply>& out, std::string_view node) {
     if (reader_ == nullptr) return Fail(node, "out of memory");
     if (redisReaderFeed(reader_, data, n) != REDIS_OK) return Fail(node, reader_->errstr);
     bytes_since_reply_ += n;
@@ -60,10 +95,6 @@ class RedisReplyParser {
     return Status::OK();
   }
 
-  // True when fed bytes end inside a reply.
-  bool mid_reply() const { return bytes_since_reply_ > 0; }
-
- private:
   static Status Fail(std::string_view node, std::string_view what) {
     return Status::IOError("redis " + std::string(node) + ": protocol error: " + std::string(what));
   }
@@ -141,6 +172,7 @@ class RedisReplyParser {
   static void FreeObject(void* object) { delete static_cast<RedisReply*>(object); }
 
   redisReader* reader_ = nullptr;
+  RedisLargeBulk large_bulk_;
   size_t max_reply_bytes_;
   size_t bytes_since_reply_ = 0;  // fed since the last complete reply
   size_t objects_ = 0;  // in the reply being parsed
@@ -184,11 +216,18 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const std::str
 Result<size_t> RedisConnection::ReadAvailable(std::vector<RedisReply>& out) {
   size_t total = 0;
   for (;;) {
-    ssize_t n = ::read(fd_, buffer_.data(), buffer_.size());
+    // The body of a large value is read straight into its string.
+    std::span<char> target = parser_->DirectTarget();
+    if (target.empty()) target = buffer_;
+    ssize_t n = ::read(fd_, target.data(), target.size());
     if (n > 0) {
       total += static_cast<size_t>(n);
-      KV_RETURN_IF_ERROR(parser_->Feed(buffer_.data(), static_cast<size_t>(n), out, node_));
-      if (static_cast<size_t>(n) < buffer_.size()) return total;  // drained
+      if (target.data() == buffer_.data()) {
+        KV_RETURN_IF_ERROR(parser_->Feed(buffer_.data(), static_cast<size_t>(n), out, node_));
+      } else {
+        parser_->CommitDirect(static_cast<size_t>(n));
+      }
+      if (static_cast<size_t>(n) < target.size()) return total;  // drained
       continue;
     }
     if (n == 0) return Status::IOError("redis " + node_ + ": connection closed by the server");

@@ -96,14 +96,16 @@ std::vector<RedisPipeline::Piece> RedisPipeline::Pieces() const {
   return out;
 }
 
-Clock::time_point RedisDeadline::When() const {
-  double transfer_seconds =
-      bytes_per_second == 0 ? 0.0 : static_cast<double>(bytes_moved) / bytes_per_second;
-  return start + timeout +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(transfer_seconds));
+Clock::time_point RedisDeadline::When(Clock::time_point last_progress) const {
+  Clock::time_point cap = start + timeout;
+  if (bytes_per_second > 0) {
+    double seconds = static_cast<double>(bytes_moved) / static_cast<double>(bytes_per_second);
+    cap += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  }
+  return std::min(cap, last_progress + timeout);
 }
 
-void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline deadline,
+void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline& deadline,
                   RedisTraffic& traffic) {
   std::vector<SendState> send(exchanges.size());
   std::vector<bool> active(exchanges.size());
@@ -113,12 +115,18 @@ void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline deadline,
     e.status = Status::OK();
     e.timed_out = false;
     send[i].pieces = e.pipeline.Pieces();
-    deadline.bytes_moved += e.pipeline.bytes();
     active[i] = !e.pipeline.empty();
   }
   auto fail = [&](size_t i, Status s) {
     exchanges[i]->status = std::move(s);
     active[i] = false;
+  };
+
+  Clock::time_point last_progress = Clock::now();
+  auto progressed = [&](uint64_t bytes) {
+    if (bytes == 0) return;
+    deadline.bytes_moved += bytes;
+    last_progress = Clock::now();
   };
 
   std::vector<pollfd> fds;
@@ -129,7 +137,10 @@ void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline deadline,
     for (size_t i = 0; i < exchanges.size(); ++i) {
       if (!active[i]) continue;
       RedisConnection* c = exchanges[i]->connection;
-      if (Status s = SendSome(c->fd(), c->node(), send[i], traffic); !s.ok()) {
+      uint64_t sent_before = traffic.bytes_sent;
+      Status s = SendSome(c->fd(), c->node(), send[i], traffic);
+      progressed(traffic.bytes_sent - sent_before);
+      if (!s.ok()) {
         fail(i, s);
         continue;
       }
@@ -139,7 +150,7 @@ void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline deadline,
     }
     if (fds.empty()) return;
 
-    Clock::time_point now = Clock::now(), when = deadline.When();
+    Clock::time_point now = Clock::now(), when = deadline.When(last_progress);
     if (now >= when) {
       auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - deadline.start);
       for (size_t i : index) {
@@ -167,7 +178,7 @@ void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline deadline,
         continue;
       }
       traffic.bytes_received += *got;
-      deadline.bytes_moved += *got;
+      progressed(*got);
       if (e.replies.size() > e.pipeline.commands()) {
         fail(i, Status::IOError("redis " + e.connection->node() + ": protocol error: " +
                                 "more replies than commands"));

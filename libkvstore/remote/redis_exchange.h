@@ -64,13 +64,17 @@ struct RedisExchange {
   bool timed_out = false;
 };
 
+// When a call gives up. Two bounds, the earlier wins:
+//   * `timeout` after the last byte moved (a stopped or dead server);
+//   * `timeout` plus the bytes moved so far at `bytes_per_second` after
+//     `start` (a server that dribbles); 0 bytes_per_second: `timeout` after start.
 struct RedisDeadline {
   std::chrono::steady_clock::time_point start;
   std::chrono::milliseconds timeout;
-  uint64_t bytes_per_second;  // transfer allowance, see RedisOptions
-  uint64_t bytes_moved = 0;   // bytes already allowed for (grows as replies arrive)
+  uint64_t bytes_per_second;
+  uint64_t bytes_moved = 0;  // sent and received so far in this call
 
-  std::chrono::steady_clock::time_point When() const;
+  std::chrono::steady_clock::time_point When(std::chrono::steady_clock::time_point last_progress) const;
 };
 
 struct RedisTraffic {
@@ -78,10 +82,10 @@ struct RedisTraffic {
   uint64_t bytes_received = 0;
 };
 
-// Runs every exchange to completion or until `deadline` (which first allows
-// for the bytes to send). Each exchange gets its own status: IOError on a
+// Runs every exchange to completion or until the deadline (progress is
+// counted from the call). Each exchange gets its own status: IOError on a
 // socket or protocol error, on an extra reply, or "timeout after N ms".
-void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline deadline,
+void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline& deadline,
                   RedisTraffic& traffic);
 
 }  // namespace kvstore

@@ -54,7 +54,8 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
   }
   RedisExchange* one[] = {&auth};
   RedisTraffic traffic;
-  RunExchanges(one, RedisDeadline{Clock::now(), o.command_timeout, 0}, traffic);
+  RedisDeadline deadline{Clock::now(), o.command_timeout, 0};
+  RunExchanges(one, deadline, traffic);
   context_->counters.Add(traffic);
   if (auth.timed_out) ++context_->counters.timeouts;
   KV_RETURN_IF_ERROR(auth.status);
@@ -89,7 +90,7 @@ bool RedisNode::BackingOff() const {
 }
 
 Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
-                                          RedisDeadline deadline, RedisNodeContext& context) {
+                                          RedisDeadline& deadline, RedisNodeContext& context) {
   KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c, node.Acquire());
   RedisExchange e;
   e.connection = c.get();

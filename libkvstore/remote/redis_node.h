@@ -82,7 +82,7 @@ class RedisNode {
 // Runs one pipeline on `node`: acquire, exchange, release (or mark failed).
 // The replies, or the error of the connection or the exchange.
 Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
-                                          RedisDeadline deadline, RedisNodeContext& context);
+                                          RedisDeadline& deadline, RedisNodeContext& context);
 
 }  // namespace kvstore
 

@@ -76,7 +76,8 @@ RedisDeadline RedisRouter::NewDeadline() const {
 }
 
 Result<std::vector<RedisReply>> RedisRouter::RunOn(RedisNode& node, RedisPipeline pipeline) {
-  return RunOnNode(node, std::move(pipeline), NewDeadline(), *context_);
+  RedisDeadline deadline = NewDeadline();
+  return RunOnNode(node, std::move(pipeline), deadline, *context_);
 }
 
 Status RedisRouter::LoadSlotMap() {
@@ -159,7 +160,7 @@ Result<std::vector<RedisKeyReplies>> RedisRouter::Run(std::span<const RedisKeyRe
   std::vector<size_t> pending(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) pending[i] = i;
   std::unordered_map<size_t, RedisNode*> ask;  // request -> importing node
-  const RedisDeadline deadline = NewDeadline();
+  RedisDeadline deadline = NewDeadline();  // one for the whole call, every round
 
   for (int round = 0; !pending.empty(); ++round) {
     if (round > context_->options.max_redirects) {

@@ -42,6 +42,24 @@ Result<std::string> Decode(std::string_view in, std::string_view what) {
   return out;
 }
 
+// Percent-encodes all but unreserved characters, so that the result parses.
+std::string Encode(std::string_view in) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : in) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '-' || c == '.' || c == '_' || c == '~';
+    if (plain) {
+      out.push_back(c);
+    } else {
+      out += '%';
+      out += kHex[static_cast<uint8_t>(c) >> 4];
+      out += kHex[static_cast<uint8_t>(c) & 15];
+    }
+  }
+  return out;
+}
+
 bool IsHostNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
          c == '.' || c == '_';
@@ -122,7 +140,7 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url) {
 
 std::string RedactedRedisUrl(const RedisUrl& url) {
   std::string out = "redis://";
-  if (!url.password.empty()) out += url.user + ":***@";
+  if (!url.password.empty()) out += Encode(url.user) + ":***@";
   bool v6 = url.host.find(':') != std::string::npos;
   out += v6 ? "[" + url.host + "]" : url.host;
   out += ":" + std::to_string(url.port);
