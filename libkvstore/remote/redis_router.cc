@@ -176,7 +176,12 @@ Result<std::vector<RedisKeyReplies>> RedisRouter::Run(std::span<const RedisKeyRe
         node = it->second;
         asking = true;
       } else {
-        KV_ASSIGN_OR_RETURN(node, NodeForKey(requests[i].key));
+        Result<RedisNode*> owner = NodeForKey(requests[i].key);
+        if (!owner.ok()) {  // a slot without a master: the map may be stale
+          MaybeReloadSlotMap();
+          owner = NodeForKey(requests[i].key);
+        }
+        KV_ASSIGN_OR_RETURN(node, std::move(owner));
       }
       NodeBatch& b = batches[node];
       b.node = node;
