@@ -6,18 +6,17 @@
 #include "libkvstore/remote/redis_slots.h"
 
 namespace kvstore {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
 // One node's part of a round: its exchange and which requests it carries.
-struct NodeBatch {
-  RedisNode* node = nullptr;
+struct RedisRouter::NodeBatch {
   std::unique_ptr<RedisConnection> connection;
   RedisExchange exchange;
   std::vector<size_t> requests;
   std::vector<bool> asking;  // per entry of `requests`: preceded by ASKING
 };
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 Status ValidateOptions(const RedisOptions& o) {
   using std::chrono::milliseconds;
@@ -155,111 +154,125 @@ std::string RedisRouter::Describe() const {
   return "redis cluster " + seed_->name() + " (" + std::to_string(Masters().size()) + " masters)";
 }
 
+// The pending requests of one round, grouped by node, each node's pipeline
+// built and a connection acquired for it.
+Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
+                                 const std::vector<size_t>& pending, const AskTargets& ask,
+                                 Round& round) {
+  for (size_t i : pending) {
+    RedisNode* node;
+    auto it = ask.find(i);
+    if (it != ask.end()) {
+      node = it->second;
+    } else {
+      Result<RedisNode*> owner = NodeForKey(requests[i].key);
+      if (!owner.ok()) {  // a slot without a master: the map may be stale
+        MaybeReloadSlotMap();
+        owner = NodeForKey(requests[i].key);
+      }
+      KV_ASSIGN_OR_RETURN(node, std::move(owner));
+    }
+    NodeBatch& b = round[node];
+    b.requests.push_back(i);
+    b.asking.push_back(it != ask.end());
+    if (it != ask.end()) b.exchange.pipeline.Add({"ASKING"});
+    for (const auto& command : requests[i].commands) b.exchange.pipeline.Add(command);
+  }
+  // A node in its backoff window fails the call before anything is sent.
+  for (auto& [node, b] : round) {
+    Result<std::unique_ptr<RedisConnection>> c = node->Acquire();
+    if (!c.ok()) {
+      for (auto& [other, ob] : round) {
+        if (ob.connection != nullptr) other->Release(std::move(ob.connection));
+      }
+      return c.status();
+    }
+    b.connection = std::move(*c);
+    b.exchange.connection = b.connection.get();
+  }
+  return Status::OK();
+}
+
+// Runs a prepared round; connections go back to their pools, or their nodes
+// are marked failed. The first failure, if any.
+Status RedisRouter::RunRound(Round& round, RedisDeadline& deadline) {
+  std::vector<RedisExchange*> exchanges;
+  for (auto& [node, b] : round) exchanges.push_back(&b.exchange);
+  RedisTraffic traffic;
+  RunExchanges(exchanges, deadline, traffic);
+  context_->counters.Add(traffic);
+  Status failure;
+  for (auto& [node, b] : round) {
+    if (b.exchange.status.ok()) {
+      node->Release(std::move(b.connection));
+      continue;
+    }
+    if (b.exchange.timed_out) ++context_->counters.timeouts;
+    node->MarkFailed(b.exchange.status);
+    if (failure.ok()) failure = b.exchange.status;
+  }
+  if (!failure.ok() && cluster_) MaybeReloadSlotMap();  // a failover may have moved slots
+  return failure;
+}
+
+// Hands each request its replies; returns the requests redirected elsewhere.
+std::vector<size_t> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> requests,
+                                             Round& round, std::vector<RedisKeyReplies>& out,
+                                             AskTargets& ask) {
+  std::vector<size_t> redirected;
+  bool moved = false;
+  for (auto& [node, b] : round) {
+    auto next = b.exchange.replies.begin();
+    for (size_t k = 0; k < b.requests.size(); ++k) {
+      size_t i = b.requests[k];
+      if (b.asking[k]) ++next;  // ASKING's +OK
+      std::vector<RedisReply> replies(std::make_move_iterator(next),
+                                      std::make_move_iterator(next + requests[i].commands.size()));
+      next += static_cast<ptrdiff_t>(requests[i].commands.size());
+      std::optional<RedisRedirect> redirect;
+      for (const RedisReply& r : replies) {
+        if (cluster_ && (redirect = ParseRedirect(r, node->host()))) break;
+      }
+      if (!redirect) {
+        out[i] = RedisKeyReplies{std::move(replies), node};
+        ask.erase(i);
+        continue;
+      }
+      RedisNode* target = NodeFor(redirect->host, redirect->port);
+      if (redirect->ask) {
+        ++context_->counters.asked;
+        ask[i] = target;
+      } else {
+        ++context_->counters.moved;
+        ask.erase(i);
+        moved = true;
+        std::unique_lock<std::shared_mutex> l(mu_);
+        slots_[redirect->slot] = target;
+      }
+      redirected.push_back(i);
+    }
+  }
+  if (moved) MaybeReloadSlotMap();
+  return redirected;
+}
+
 Result<std::vector<RedisKeyReplies>> RedisRouter::Run(std::span<const RedisKeyRequest> requests) {
   std::vector<RedisKeyReplies> out(requests.size());
   std::vector<size_t> pending(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) pending[i] = i;
-  std::unordered_map<size_t, RedisNode*> ask;  // request -> importing node
+  AskTargets ask;
   RedisDeadline deadline = NewDeadline();  // one for the whole call, every round
-
   for (int round = 0; !pending.empty(); ++round) {
     if (round > context_->options.max_redirects) {
-      return Status::IOError("redis cluster: key '" + std::string(requests[pending[0]].key.substr(0, 100)) +
-                             "' still redirected after " + std::to_string(round - 1) + " redirections");
+      return Status::IOError("redis cluster: key '" +
+                             std::string(requests[pending[0]].key.substr(0, 100)) +
+                             "' still redirected after " + std::to_string(round - 1) +
+                             " redirections");
     }
-    // Group the pending requests by node, in order.
-    std::map<RedisNode*, NodeBatch> batches;
-    for (size_t i : pending) {
-      RedisNode* node;
-      bool asking = false;
-      if (auto it = ask.find(i); it != ask.end()) {
-        node = it->second;
-        asking = true;
-      } else {
-        Result<RedisNode*> owner = NodeForKey(requests[i].key);
-        if (!owner.ok()) {  // a slot without a master: the map may be stale
-          MaybeReloadSlotMap();
-          owner = NodeForKey(requests[i].key);
-        }
-        KV_ASSIGN_OR_RETURN(node, std::move(owner));
-      }
-      NodeBatch& b = batches[node];
-      b.node = node;
-      b.requests.push_back(i);
-      b.asking.push_back(asking);
-      if (asking) b.exchange.pipeline.Add({"ASKING"});
-      for (const auto& command : requests[i].commands) b.exchange.pipeline.Add(command);
-    }
-    // A node in its backoff window fails the call before anything is sent.
-    std::vector<RedisExchange*> exchanges;
-    for (auto& [node, b] : batches) {
-      Result<std::unique_ptr<RedisConnection>> c = node->Acquire();
-      if (!c.ok()) {
-        for (auto& [other, ob] : batches) {
-          if (ob.connection != nullptr) other->Release(std::move(ob.connection));
-        }
-        return c.status();
-      }
-      b.connection = std::move(*c);
-      b.exchange.connection = b.connection.get();
-      exchanges.push_back(&b.exchange);
-    }
-    RedisTraffic traffic;
-    RunExchanges(exchanges, deadline, traffic);
-    context_->counters.Add(traffic);
-
-    Status failure;
-    for (auto& [node, b] : batches) {
-      if (b.exchange.status.ok()) {
-        node->Release(std::move(b.connection));
-        continue;
-      }
-      if (b.exchange.timed_out) ++context_->counters.timeouts;
-      node->MarkFailed(b.exchange.status);
-      if (failure.ok()) failure = b.exchange.status;
-    }
-    if (!failure.ok()) {
-      if (cluster_) MaybeReloadSlotMap();  // a failover may have moved the slots
-      return failure;
-    }
-
-    // Hand out the replies; requests redirected elsewhere stay pending.
-    std::vector<size_t> next;
-    bool moved = false;
-    for (auto& [node, b] : batches) {
-      size_t at = 0;
-      for (size_t k = 0; k < b.requests.size(); ++k) {
-        size_t i = b.requests[k];
-        if (b.asking[k]) ++at;  // ASKING's +OK
-        size_t n = requests[i].commands.size();
-        std::vector<RedisReply> replies(std::make_move_iterator(b.exchange.replies.begin() + at),
-                                        std::make_move_iterator(b.exchange.replies.begin() + at + n));
-        at += n;
-        std::optional<RedisRedirect> redirect;
-        for (const RedisReply& r : replies) {
-          if (cluster_ && (redirect = ParseRedirect(r, node->host()))) break;
-        }
-        if (!redirect) {
-          out[i] = RedisKeyReplies{std::move(replies), node};
-          ask.erase(i);
-          continue;
-        }
-        RedisNode* target = NodeFor(redirect->host, redirect->port);
-        if (redirect->ask) {
-          ++context_->counters.asked;
-          ask[i] = target;
-        } else {
-          ++context_->counters.moved;
-          ask.erase(i);
-          moved = true;
-          std::unique_lock<std::shared_mutex> l(mu_);
-          slots_[redirect->slot] = target;
-        }
-        next.push_back(i);
-      }
-    }
-    if (moved) MaybeReloadSlotMap();
-    pending.swap(next);
+    Round batches;
+    KV_RETURN_IF_ERROR(PrepareRound(requests, pending, ask, batches));
+    KV_RETURN_IF_ERROR(RunRound(batches, deadline));
+    pending = TakeReplies(requests, batches, out, ask);
   }
   return out;
 }

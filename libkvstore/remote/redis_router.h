@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kvstore/redis_backend.h"
@@ -72,6 +73,17 @@ class RedisRouter {
   // LoadSlotMap, unless another thread is at it or it ran very recently.
   void MaybeReloadSlotMap();
   Result<RedisNode*> NodeForKey(std::string_view key) const;
+
+  // The rounds of Run: requests grouped by node, sent, and their replies
+  // handed out (or the requests sent on after MOVED / ASK).
+  struct NodeBatch;
+  using Round = std::map<RedisNode*, NodeBatch>;
+  using AskTargets = std::unordered_map<size_t, RedisNode*>;  // request -> importing node
+  Status PrepareRound(std::span<const RedisKeyRequest> requests, const std::vector<size_t>& pending,
+                      const AskTargets& ask, Round& round);
+  Status RunRound(Round& round, RedisDeadline& deadline);
+  std::vector<size_t> TakeReplies(std::span<const RedisKeyRequest> requests, Round& round,
+                                  std::vector<RedisKeyReplies>& out, AskTargets& ask);
 
   std::unique_ptr<RedisNodeContext> context_;
   RedisNode* seed_ = nullptr;
