@@ -162,7 +162,7 @@ TEST(RedisBackend, KilledServerFailsFastThenRecoversAfterRestart) {
   ASSERT_OK(backend->PutIfAbsent({&item, 1}));
   server.Kill();
   std::vector<std::string> keys = {"k"};
-  EXPECT_THAT(backend->Get(keys), HasCode(StatusCode::kIOError, "redis 127.0.0.1:"));
+  EXPECT_THAT(backend->Get(keys), HasCode(StatusCode::kIOError, "connect: Connection refused"));
   uint64_t connects_before = backend->Stats().connects;
   // Hammer the dead node for 600 ms: the backoff keeps reconnect attempts few.
   int calls = 0;
@@ -185,6 +185,20 @@ TEST(RedisBackend, KilledServerFailsFastThenRecoversAfterRestart) {
   EXPECT_LT(Since(start), milliseconds(400));  // within about one backoff_max
   ASSERT_OK_AND_ASSIGN(auto values, backend->Get(keys));
   EXPECT_EQ(values[0], std::nullopt);  // a restarted server without persistence is empty
+}
+
+TEST(RedisBackend, PooledConnectionsClosedByTheServerAreNotUsed) {
+  START_PRIVATE_SERVER(server);
+  ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend({.url = server.url()}));
+  std::vector<std::string> keys = {"k"};
+  ASSERT_OK(backend->Get(keys));  // leaves an idle connection in the pool
+  server.Kill();
+  ASSERT_TRUE(server.Start());
+  // The pooled connection is dead; the call takes a new one instead of
+  // failing and putting a healthy server into its backoff window.
+  EXPECT_OK(backend->Get(keys));
+  EXPECT_EQ(backend->Stats().failed_calls, 0u);
+  EXPECT_EQ(backend->Stats().connects, 2u);
 }
 
 TEST(RedisBackend, EvictionUnderMaxmemoryIsSilent) {

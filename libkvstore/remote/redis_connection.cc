@@ -5,6 +5,7 @@
 #include "libkvstore/remote/redis_connection.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <hiredis.h>
 #include <unistd.h>
 
@@ -235,6 +236,11 @@ Result<size_t> RedisConnection::ReadAvailable(std::vector<RedisReply>& out) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return total;
     return Status::IOError("redis " + node_ + ": read: " + std::strerror(errno));
   }
+}
+
+bool RedisConnection::IdleAndOpen() const {
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
 }
 
 Result<std::vector<RedisReply>> ParseRedisReplies(std::string_view bytes, size_t max_reply_bytes) {

@@ -48,6 +48,11 @@ class RedisConnection {
   // unusable afterwards.
   Result<size_t> ReadAvailable(std::vector<RedisReply>& out);
 
+  // True when nothing is waiting on an idle connection: no bytes nobody
+  // asked for, no end of file (a server that restarted or closed idle
+  // clients). A pooled connection is checked before it is reused.
+  bool IdleAndOpen() const;
+
  private:
   RedisConnection(void* context, std::string node, size_t max_reply_bytes);
 

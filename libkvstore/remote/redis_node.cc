@@ -21,10 +21,10 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire() {
       return Status::IOError("redis " + name_ + ": unavailable for " + std::to_string(left.count()) +
                              " ms more after: " + std::string(last_failure_.message()));
     }
-    if (!idle_.empty()) {
+    while (!idle_.empty()) {
       std::unique_ptr<RedisConnection> c = std::move(idle_.back());
       idle_.pop_back();
-      return c;
+      if (c->IdleAndOpen()) return c;
     }
   }
   Result<std::unique_ptr<RedisConnection>> c = Connect();

@@ -47,9 +47,9 @@ class RedisNode {
   uint16_t port() const { return port_; }
   const std::string& name() const { return name_; }  // "host:port"
 
-  // An idle connection, or a new one (connected and authenticated). During
-  // the backoff window after a failure, IOError at once, naming the failure.
-  // FailedPrecondition when AUTH is refused.
+  // An idle connection that is still open, or a new one (connected and
+  // authenticated). During the backoff window after a failure, IOError at
+  // once, naming the failure. FailedPrecondition when AUTH is refused.
   Result<std::unique_ptr<RedisConnection>> Acquire();
 
   // Gives back a connection whose last exchange succeeded (kept while fewer
