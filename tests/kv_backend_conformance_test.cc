@@ -200,7 +200,7 @@ TEST_P(KvBackendConformance, ManyThreadsAtOnce) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int r = 0; r < kRounds; ++r) {
-        std::string k = Key("t" + std::to_string(t) + ":" + std::to_string(r));
+        std::string k = Key("thread" + std::to_string(t) + ":" + std::to_string(r));
         std::string v = k + k;
         KvPut item{k, v};
         auto wrote = backend_->PutIfAbsent({&item, 1});

@@ -231,7 +231,7 @@ TEST(RedisBackend, NoEvictionPolicyIsResourceExhausted) {
   std::string value = Pattern(1 << 20, 1);
   Status last;
   for (int i = 0; i < 32 && last.ok(); ++i) {
-    std::string key = "k" + std::to_string(i);
+    std::string key = "key:" + std::to_string(i);
     KvPut item{key, value};
     last = backend->PutIfAbsent({&item, 1}).status();
   }

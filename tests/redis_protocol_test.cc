@@ -60,7 +60,7 @@ TEST(RedisUrl, RefusesWhatItDoesNotUnderstand) {
       {"redis://u:%4@h:1", "truncated %-escape"},
       {"redis://[::1:1", "not closed"},
       {"redis://[::1]1", "port is missing"},
-      {"redis://[evil]:1", "not an IPv6 address"},
+      {"redis://[evil]:1", "host [evil] is not an IPv6 address"},
       {"redis://ho$t:1", "bad character"},
   };
   for (const Case& c : cases) {

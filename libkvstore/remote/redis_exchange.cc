@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -73,9 +74,17 @@ void RedisPipeline::Add(std::span<const std::string_view> args) {
     segments_.back().size += text.size();
     bytes_ += text.size();
   };
-  append_inline("*" + std::to_string(args.size()) + "\r\n");
+  // "*<count>\r\n" or "$<length>\r\n"
+  auto append_header = [&](char kind, size_t n) {
+    char header[24] = {kind};
+    char* end = std::to_chars(header + 1, header + sizeof(header) - 2, n).ptr;
+    *end++ = '\r';
+    *end++ = '\n';
+    append_inline(std::string_view(header, static_cast<size_t>(end - header)));
+  };
+  append_header('*', args.size());
   for (std::string_view arg : args) {
-    append_inline("$" + std::to_string(arg.size()) + "\r\n");
+    append_header('$', arg.size());
     if (arg.size() >= kReferenceBytes) {
       segments_.push_back({arg.data(), 0, arg.size()});
       bytes_ += arg.size();

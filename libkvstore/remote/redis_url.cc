@@ -116,7 +116,7 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url) {
     std::string_view host = rest.substr(1, close - 1);
     if (host.empty() || host.find_first_not_of(":.0123456789abcdefABCDEF") != host.npos ||
         host.find(':') == host.npos) {
-      return Bad("'" + std::string(host) + "' is not an IPv6 address");
+      return Bad("host [" + std::string(host) + "] is not an IPv6 address");
     }
     out.host = std::string(host);
     rest = rest.substr(close + 1);
@@ -143,7 +143,8 @@ std::string RedactedRedisUrl(const RedisUrl& url) {
   if (!url.password.empty()) out += Encode(url.user) + ":***@";
   bool v6 = url.host.find(':') != std::string::npos;
   out += v6 ? "[" + url.host + "]" : url.host;
-  out += ":" + std::to_string(url.port);
+  out += ':';
+  out += std::to_string(url.port);
   return out;
 }
 
