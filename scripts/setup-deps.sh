@@ -8,6 +8,7 @@ packages=(
   libzstd-dev libcli11-dev nlohmann-json3-dev libssl-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   zstd openssl                      # reference tools for bench/ and tests
+  redis-server redis-tools libhiredis-dev pkg-config   # shared tier and its tests
 )
 if [[ "${KVSTORE_WITH_FUZZ:-0}" == 1 ]]; then
   packages+=(clang libclang-rt-14-dev)   # libFuzzer + sanitizer runtimes

@@ -11,8 +11,10 @@
 // model configuration under the same model key, and says why
 // (fingerprint_refused(), last_refusal()). Open()
 // scans the headers (no tensor bytes), drops files that are truncated,
-// unparsable, of an unknown layout, lack the keys or digests, or whose name
-// is not the one their key gives, and removes temp files of dead writers;
+// unparsable, of an unknown layout, lack the keys or digests, hold a layer
+// that cannot be loaded as its header describes it (ValidatePromptCacheFile's
+// rules), or whose name is not the one their key gives, and removes temp
+// files of dead writers;
 // a file it cannot read for an I/O error is left in place, not indexed.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares

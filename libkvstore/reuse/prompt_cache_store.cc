@@ -92,10 +92,19 @@ std::optional<std::string_view> FindUserKey(const Metadata& metadata, std::strin
 }
 
 // Reads the header of a file (no tensor bytes); it must be one of our
-// files with digests, a key and, if it records one, a valid fingerprint.
+// files with digests and a key, every layer must be loadable as the header
+// describes it (PromptCacheInfo::valid), so an impossible file is dropped at
+// Open instead of failing each fetch, and a fingerprint it records must be
+// valid.
 Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
   KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(env, path));
   if (!info.has_digests) return Status::Corruption("not a store entry: no digests");
+  if (!info.unsupported.empty()) return Status::NotSupported("not loadable: " + info.unsupported);
+  for (const LayerInfo& layer : info.layers) {
+    if (!layer.errors.empty()) {
+      return Status::Corruption("layer " + std::to_string(layer.index) + ": " + layer.errors.front());
+    }
+  }
   std::optional<StoreKey> key = StoreKeyFromMetadata(info.user_metadata);
   if (!key) return Status::Corruption("not a store entry: no valid model/tokens keys");
   ScannedFile out{std::move(*key), static_cast<int64_t>(info.file_bytes), std::nullopt};
@@ -194,7 +203,11 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   const std::string file = StoreFileName(model, tokens);
   Metadata metadata = StoreKeyMetadata(model, tokens);
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
-  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(file), cache, metadata));
+  // The store reads its own files only, so it writes mlx-lm's current
+  // layout, which (unlike the 0.31 release's) holds every ArraysCache.
+  SavePromptCacheOptions options;
+  options.layout = PromptCacheLayout::kMlxLm;
+  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(file), cache, metadata, options));
   KV_ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(Path(file)));
   std::lock_guard<std::mutex> l(mu);
   AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())}, static_cast<int64_t>(size),
