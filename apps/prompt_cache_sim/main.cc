@@ -6,8 +6,10 @@
 // by a path through branching conversations and a new message
 // (workload.h). With --store DIR each server has a disk tier (DIR itself
 // for one server, DIR/server-<i> for several); a run on a directory left by
-// a killed run recovers it. With several servers they share a tier of
-// chunks (--chunk-tokens): an in-memory store inside this one process.
+// a killed run recovers it. Servers share a tier of chunks (--chunk-tokens):
+// with --redis URL, in Redis, each server a process of its own (this
+// program again, --worker I); without it and with several servers, an
+// in-memory store inside this one process.
 //
 // Ends with "hit_rate: X%", "shared_hits: N" (tokens reused from chunks
 // another server wrote), "dedup: X" (bytes the shared tier stored / tensor
@@ -19,9 +21,13 @@
 #include <cstdio>
 #include <thread>
 
+#include <unistd.h>
+
+#include "apps/prompt_cache_sim/processes.h"
 #include "apps/prompt_cache_sim/report.h"
 #include "apps/prompt_cache_sim/server.h"
 #include "kvstore/kv_backend.h"
+#include "kvstore/redis_backend.h"
 #include "kvstore/shared_prompt_cache.h"
 
 namespace {
@@ -29,10 +35,13 @@ namespace {
 struct Options {
   int threads = 2, processes = 1;
   int64_t requests = 200;
+  double seconds = 0;
   uint64_t seed = 1;
   std::string store_dir;
   int64_t mem_bytes = int64_t{64} << 20, disk_bytes = int64_t{256} << 20, max_entries = 256;
   int64_t chunk_tokens = 16;
+  std::string redis_url, key_prefix = "kvstore:";
+  int worker = -1;  // >= 0: one server process of a --redis run
   size_t insert_queue = 256;
   std::string secret;
   sim::WorkloadOptions workload;
@@ -41,6 +50,7 @@ struct Options {
 void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "request threads per server");
   app.add_option("--requests", o.requests, "total requests");
+  app.add_option("--seconds", o.seconds, "stop taking requests after this long (0: never)");
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--store", o.store_dir, "disk tier directory (optional)");
   app.add_option("--memory-bytes", o.mem_bytes, "in-memory byte budget per server");
@@ -50,6 +60,11 @@ void AddOptions(CLI::App& app, Options& o) {
       ->check(CLI::Range(1, 64));
   app.add_option("--chunk-tokens", o.chunk_tokens, "tokens per shared-tier chunk")->check(CLI::PositiveNumber);
   app.add_option("--secret", o.secret, "shared-tier HMAC secret");
+  app.add_option("--redis", o.redis_url,
+                 "redis://[USER:PASSWORD@]HOST:PORT (any node of a cluster): the shared tier, and --processes "
+                 "real server processes");
+  app.add_option("--key-prefix", o.key_prefix, "shared-tier key prefix");
+  app.add_option("--worker", o.worker, "internal: run server I of a --redis run")->group("");
   app.add_option("--insert-queue", o.insert_queue, "shared-tier inserts queued per server");
   sim::WorkloadOptions& w = o.workload;
   app.add_option("--systems", w.systems, "shared system prompts")->check(CLI::PositiveNumber);
@@ -64,45 +79,40 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--dim", w.dim, "head dim")->check(CLI::PositiveNumber);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"prompt_cache_sim: concurrent prompt-cache traffic with bit-exact checks"};
-  Options o;
-  AddOptions(app, o);
-  CLI11_PARSE(app, argc, argv);
-  o.workload.seed = o.seed;
+// Runs servers [first, first + count) of o.processes in this process,
+// sharing `backend` (none: no shared tier), and adds them to `report`.
+// False when a tier cannot be opened.
+bool RunServers(const Options& o, kvstore::KvBackend* backend, int first, int count, sim::Report& report) {
   const sim::Workload workload(o.workload);
   const kvstore::ModelFingerprint model =
       kvstore::ModelFingerprint::Of("sim-model", workload.Prefill({1})).value();
-
-  std::unique_ptr<kvstore::KvBackend> backend;
-  if (o.processes > 1) backend = kvstore::NewMemKvBackend();
-  sim::Report report;
   std::vector<std::unique_ptr<kvstore::PromptCacheStore>> stores;
   std::vector<std::unique_ptr<kvstore::SharedPromptCache>> tiers;
   std::vector<std::unique_ptr<sim::SimServer>> servers;
-  for (int i = 0; i < o.processes; ++i) {
+  for (int i = first; i < first + count; ++i) {
     sim::ServerOptions s{.threads = o.threads,
                          .requests = o.requests / o.processes + (i < o.requests % o.processes ? 1 : 0),
+                         .seconds = o.seconds,
                          .seed = o.seed + static_cast<uint64_t>(i) * 7919,
                          .cache = {.max_entries = o.max_entries, .max_bytes = o.mem_bytes}};
     if (!o.store_dir.empty()) {
       const std::string dir = o.processes == 1 ? o.store_dir : o.store_dir + "/server-" + std::to_string(i);
       auto store = report.OpenStore(dir, o.disk_bytes);
-      if (!store) return 2;
+      if (!store) return false;
       s.cache.disk = store.get();
       stores.push_back(std::move(store));
     }
     if (backend != nullptr) {
-      auto tier = kvstore::SharedPromptCache::Open({.backend = backend.get(),
+      auto tier = kvstore::SharedPromptCache::Open({.backend = backend,
+                                                    .key_prefix = o.key_prefix,
                                                     .chunk_tokens = o.chunk_tokens,
                                                     .secret = o.secret,
-                                                    .writer_id = "server-" + std::to_string(i),
+                                                    .writer_id = "server-" + std::to_string(i) + "@" +
+                                                                 std::to_string(getpid()),
                                                     .insert_queue_capacity = o.insert_queue});
       if (!tier.ok()) {
         std::fprintf(stderr, "prompt_cache_sim: %s\n", tier.status().ToString().c_str());
-        return 2;
+        return false;
       }
       s.cache.shared = tier->get();
       tiers.push_back(std::move(tier).value());
@@ -113,9 +123,39 @@ int main(int argc, char** argv) {
   for (auto& server : servers) running.emplace_back([&server] { server->Run(); });
   for (auto& t : running) t.join();
   for (auto& tier : tiers) tier->Flush();
-
   for (const auto& server : servers) report.AddServer(*server);
   for (const auto& store : stores) report.AddStore(*store);
-  for (const auto& tier : tiers) report.AddTier(*tier);
-  return report.Print(o.threads, o.processes);
+  for (const auto& tier : tiers) report.AddTier(tier->stats(), tier->Describe());
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"prompt_cache_sim: concurrent prompt-cache traffic with bit-exact checks"};
+  Options o;
+  AddOptions(app, o);
+  CLI11_PARSE(app, argc, argv);
+  o.workload.seed = o.seed;
+  sim::Report report;
+  if (o.redis_url.empty()) {
+    // Several servers in this one process share an in-memory chunk store.
+    std::unique_ptr<kvstore::KvBackend> backend;
+    if (o.processes > 1) backend = kvstore::NewMemKvBackend();
+    if (!RunServers(o, backend.get(), 0, o.processes, report)) return 2;
+    return report.Print(o.threads, o.processes);
+  }
+  if (o.worker < 0) {
+    // The parent: one worker process per server.
+    if (!sim::RunWorkerProcesses(std::vector<std::string>(argv, argv + argc), o.processes, report)) return 2;
+    return report.Print(o.threads, o.processes);
+  }
+  auto backend = kvstore::OpenRedisBackend({.url = o.redis_url});
+  if (!backend.ok()) {
+    std::fprintf(stderr, "prompt_cache_sim: %s\n", backend.status().ToString().c_str());
+    return 2;
+  }
+  if (!RunServers(o, backend->get(), o.worker, 1, report)) return 2;
+  report.PrintWorker();
+  return 0;
 }

@@ -20,17 +20,7 @@ int64_t TensorBytes(const kvstore::PromptCache& cache) {
 }  // namespace
 
 void Counters::Add(const Counters& o) {
-  requests += o.requests;
-  hits += o.hits;
-  disk_hits += o.disk_hits;
-  shared_tier_hits += o.shared_tier_hits;
-  reused += o.reused;
-  tokens += o.tokens;
-  shared_hits += o.shared_hits;
-  mismatches += o.mismatches;
-  corrupt_served += o.corrupt_served;
-  errors += o.errors;
-  whole_file_bytes += o.whole_file_bytes;
+  for (const auto& [name, field] : kCounterFields) this->*field += o.*field;
   latency_us.insert(latency_us.end(), o.latency_us.begin(), o.latency_us.end());
 }
 
@@ -94,12 +84,16 @@ void SimServer::Serve(std::mt19937_64& rng, Counters& c) {
 }
 
 void SimServer::Run() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.seconds);
   std::vector<std::thread> pool;
   for (int t = 0; t < options_.threads; ++t) {
-    pool.emplace_back([this, t] {
+    pool.emplace_back([this, t, deadline] {
       std::mt19937_64 rng(options_.seed * 1000003 + static_cast<uint64_t>(t));
       Counters local;
-      while (next_.fetch_add(1) < options_.requests) Serve(rng, local);
+      while (next_.fetch_add(1) < options_.requests &&
+             (options_.seconds <= 0 || std::chrono::steady_clock::now() < deadline)) {
+        Serve(rng, local);
+      }
       std::lock_guard<std::mutex> l(mu_);
       counters_.Add(local);
     });

@@ -25,9 +25,19 @@ struct Counters {
   void Add(const Counters& other);
 };
 
+// The integer counters by name (what Add sums and workers report).
+inline constexpr std::pair<const char*, int64_t Counters::*> kCounterFields[] = {
+    {"requests", &Counters::requests},     {"hits", &Counters::hits},
+    {"disk_hits", &Counters::disk_hits},   {"shared_tier_hits", &Counters::shared_tier_hits},
+    {"reused", &Counters::reused},         {"tokens", &Counters::tokens},
+    {"shared_hits", &Counters::shared_hits}, {"mismatches", &Counters::mismatches},
+    {"corrupt_served", &Counters::corrupt_served}, {"errors", &Counters::errors},
+    {"whole_file_bytes", &Counters::whole_file_bytes}};
+
 struct ServerOptions {
   int threads = 2;
   int64_t requests = 200;
+  double seconds = 0;  // > 0: stop taking requests after this long
   uint64_t seed = 1;  // request order of this server
   kvstore::ServerPromptCacheOptions cache;
 };
