@@ -27,9 +27,16 @@ void Counters::Add(const Counters& o) {
 SimServer::SimServer(const Workload& workload, const kvstore::ModelFingerprint& model, const ServerOptions& options)
     : workload_(workload), model_(model), options_(options), cache_(options.cache) {}
 
+bool SimServer::FirstInsert(std::span<const int32_t> tokens) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int32_t t : tokens) h = (h ^ static_cast<uint32_t>(t)) * 0x100000001b3ull;
+  std::lock_guard<std::mutex> l(mu_);
+  return inserted_.insert(h ^ tokens.size()).second;
+}
+
 void SimServer::Insert(const Request& r, const kvstore::PromptCache& layers, int64_t reused, Counters& c) {
   const int64_t n = static_cast<int64_t>(r.tokens.size());
-  c.whole_file_bytes += TensorBytes(layers);
+  if (FirstInsert(r.tokens)) c.whole_file_bytes += TensorBytes(layers);
   // Like a server checkpointing shared prefixes: the system prompt and each
   // turn boundary (trimmed copy-on-write copies).
   std::vector<kvstore::PromptCacheCheckpoint> checkpoints;
@@ -40,7 +47,7 @@ void SimServer::Insert(const Request& r, const kvstore::PromptCache& layers, int
       cp.cache.push_back(std::shared_ptr<kvstore::Cache>(layer->Copy()));
       if (!cp.cache.back()->Trim(n - b).ok()) c.errors++;
     }
-    c.whole_file_bytes += TensorBytes(cp.cache);
+    if (FirstInsert(std::span(r.tokens).first(static_cast<size_t>(b)))) c.whole_file_bytes += TensorBytes(cp.cache);
     checkpoints.push_back(std::move(cp));
   }
   if (!cache_.Insert(model_, r.tokens, layers, checkpoints).ok()) c.errors++;

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "apps/prompt_cache_sim/workload.h"
@@ -20,7 +22,7 @@ struct Counters {
   int64_t requests = 0, hits = 0, disk_hits = 0, shared_tier_hits = 0, reused = 0, tokens = 0;
   int64_t shared_hits = 0;  // reused tokens from chunks another server wrote
   int64_t mismatches = 0, corrupt_served = 0, errors = 0;
-  int64_t whole_file_bytes = 0;  // what the inserts take as whole files (their tensors)
+  int64_t whole_file_bytes = 0;  // what the inserts take as whole files (tensors of each distinct key)
   std::vector<double> latency_us;
   void Add(const Counters& other);
 };
@@ -58,9 +60,14 @@ class SimServer {
   const kvstore::ModelFingerprint model_;
   ServerOptions options_;
   kvstore::ServerPromptCache cache_;
+  // Whether this server has stored `tokens` before (a whole-file tier would
+  // replace that file, not add one).
+  bool FirstInsert(std::span<const int32_t> tokens);
+
   std::atomic<int64_t> next_{0};
   mutable std::mutex mu_;
   Counters counters_;
+  std::unordered_set<uint64_t> inserted_;  // hashes of the keys stored; guarded by mu_
 };
 
 }  // namespace sim

@@ -59,7 +59,9 @@ struct SharedPromptCacheOptions {
   bool async_insert = true;              // false: Insert does the work before returning
   size_t insert_queue_capacity = 16;     // pending inserts beyond the running ones
   int writer_threads = 1;
-  size_t max_batch_bytes = size_t{64} << 20;  // value bytes per pipelined call
+  // Value bytes per pipelined call; the next batch is encoded or decoded
+  // while a call is in flight.
+  size_t max_batch_bytes = size_t{8} << 20;
   int codec_threads = 0;  // threads encoding or decoding the chunks of one call (0: all cores)
 };
 

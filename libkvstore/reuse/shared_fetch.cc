@@ -3,6 +3,7 @@
 // every value checked, then the longest boundary at which every layer can
 // be rebuilt.
 #include <algorithm>
+#include <future>
 
 #include "libkvstore/reuse/shared_tier.h"
 #include "libkvstore/util/parallel.h"
@@ -65,10 +66,20 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
   std::vector<DecodedChunk> chunks;
   const size_t per_call = static_cast<size_t>(
       std::max<int64_t>(1, static_cast<int64_t>(options.max_batch_bytes) / std::max<int64_t>(1, ns.chunk_bytes)));
+  // Each batch is read on a thread of its own while the previous one is
+  // decoded.
+  using Values = Result<std::vector<std::optional<std::string>>>;
+  auto read = [&](int64_t first) {
+    const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
+    return std::async(std::launch::async, [this, &keys, first, last]() -> Values {
+      return options.backend->Get(std::span<const std::string>(keys).subspan(first, last - first));
+    });
+  };
+  std::future<Values> next = read(0);
   for (int64_t first = 0; first < upper && static_cast<int64_t>(chunks.size()) == first;) {
     const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
-    Result<std::vector<std::optional<std::string>>> values =
-        options.backend->Get(std::span<const std::string>(keys).subspan(first, last - first));
+    Values values = next.get();
+    if (last < upper) next = read(last);
     if (!values.ok()) {
       Add(&Stats::backend_errors);
       break;

@@ -2,6 +2,7 @@
 // the prompt needs, then the missing chunks and snapshots encoded and
 // stored with SET NX in batches of about max_batch_bytes.
 #include <algorithm>
+#include <future>
 
 #include "libkvstore/reuse/shared_tier.h"
 #include "libkvstore/util/parallel.h"
@@ -27,36 +28,32 @@ Result<CacheAt> StateOf(const SharedNamespace& ns, const PromptCache& cache, int
   return at;
 }
 
-// Values waiting for one pipelined SET NX.
+// Values stored with pipelined SET NX calls of about max_batch_bytes, each
+// call on a thread of its own so that the next batch is encoded meanwhile.
 class PutBatch {
  public:
-  PutBatch(SharedPromptCache::Impl& impl) : impl_(impl) {}
+  explicit PutBatch(SharedPromptCache::Impl& impl) : impl_(impl) {}
+  ~PutBatch() {
+    if (inflight_.valid()) inflight_.wait();
+  }
   Status Add(std::string key, std::string value, bool snapshot) {
     bytes_ += value.size();
     items_.push_back({std::move(key), std::move(value), snapshot});
-    return bytes_ >= impl_.options.max_batch_bytes ? Flush() : Status::OK();
+    return bytes_ >= impl_.options.max_batch_bytes ? Send() : Status::OK();
   }
-  Status Flush() {
+  // Sends what is waiting once the previous call has returned.
+  Status Send() {
     if (items_.empty()) return Status::OK();
-    std::vector<KvPut> puts;
-    for (const Item& item : items_) puts.push_back({item.key, item.value});
-    Result<std::vector<bool>> written = impl_.options.backend->PutIfAbsent(puts);
-    if (!written.ok()) {
-      impl_.Add(&SharedPromptCache::Stats::backend_errors);
-      return written.status();
-    }
-    for (size_t i = 0; i < items_.size(); ++i) {
-      if (!(*written)[i]) {
-        impl_.Add(&SharedPromptCache::Stats::chunks_present);
-        continue;
-      }
-      impl_.Add(items_[i].snapshot ? &SharedPromptCache::Stats::snapshots_written
-                                   : &SharedPromptCache::Stats::chunks_written);
-      impl_.Add(&SharedPromptCache::Stats::bytes_written, static_cast<int64_t>(items_[i].value.size()));
-    }
+    KV_RETURN_IF_ERROR(Wait());
+    inflight_ = std::async(std::launch::async,
+                           [this, items = std::move(items_)]() { return Put(items); });
     items_.clear();
     bytes_ = 0;
     return Status::OK();
+  }
+  Status Finish() {
+    KV_RETURN_IF_ERROR(Send());
+    return Wait();
   }
 
  private:
@@ -64,9 +61,31 @@ class PutBatch {
     std::string key, value;
     bool snapshot;
   };
+  Status Wait() { return inflight_.valid() ? inflight_.get() : Status::OK(); }
+  Status Put(const std::vector<Item>& items) {
+    std::vector<KvPut> puts;
+    for (const Item& item : items) puts.push_back({item.key, item.value});
+    Result<std::vector<bool>> written = impl_.options.backend->PutIfAbsent(puts);
+    if (!written.ok()) {
+      impl_.Add(&SharedPromptCache::Stats::backend_errors);
+      return written.status();
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!(*written)[i]) {
+        impl_.Add(&SharedPromptCache::Stats::chunks_present);
+        continue;
+      }
+      impl_.Add(items[i].snapshot ? &SharedPromptCache::Stats::snapshots_written
+                                  : &SharedPromptCache::Stats::chunks_written);
+      impl_.Add(&SharedPromptCache::Stats::bytes_written, static_cast<int64_t>(items[i].value.size()));
+    }
+    return Status::OK();
+  }
+
   SharedPromptCache::Impl& impl_;
   std::vector<Item> items_;
   size_t bytes_ = 0;
+  std::future<Status> inflight_;
 };
 
 ChunkHeader HeaderFor(const SharedNamespace& ns, ChunkKind kind, int64_t i, std::span<const int32_t> tokens,
@@ -198,7 +217,7 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
     KV_ASSIGN_OR_RETURN(std::string value, EncodeChunk(keys[key], header, pieces, encode));
     KV_RETURN_IF_ERROR(batch.Add(keys[key], std::move(value), true));
   }
-  KV_RETURN_IF_ERROR(batch.Flush());
+  KV_RETURN_IF_ERROR(batch.Finish());
   if (!ns.descriptor_written.load()) {
     const std::string descriptor = "{\"chunk_tokens\":" + std::to_string(c) +
                                    ",\"fingerprint\":" + ns.fingerprint.json() + ",\"format\":\"kvstore-namespace/1\"}";
