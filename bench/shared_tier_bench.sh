@@ -22,12 +22,13 @@ KVSTORE_REDIS_PORT_BASE=${KVSTORE_REDIS_PORT_BASE:-47479} KVSTORE_REDIS_MAXMEMOR
 url=$(grep '^KVSTORE_TEST_REDIS_URL=' "$dir/services/env" | cut -d= -f2-)
 
 export KVSTORE_BENCH_REDIS_URL=$url
-"$build/bench/kvstore_bench" --benchmark_filter='BM_(SharedPutChunks|RawPutSameSizes|SharedGetChunks|RawGetSameSizes)/' \
+"$build/bench/kvstore_bench" \
+  --benchmark_filter='BM_(SharedPutChunks|RawPutSameSizes|SharedGetChunks|RawGetSameSizes)/|BM_RawHiredis(Set|Get)/(1048576|8388608)' \
   --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true > "$dir/throughput.txt"
 "$build/bench/kvstore_bench" --benchmark_filter='BM_(Shared|Disk)FetchLatency/' > "$dir/latency.txt"
 
 # name -> MB/s (10^6 bytes/s) of the median.
-rate() {
+rate() {  # rate NAME[/ARG]
   awk -v n="$1" '$1 ~ "^" n "/" && /_median/ {
     for (i = 2; i <= NF; ++i) if ($i ~ /^bytes_per_second=/) r = substr($i, 18);
     u = substr(r, length(r) - 2, 1); v = substr(r, 1, length(r) - 3) + 0;
@@ -42,6 +43,10 @@ ps=$(rate BM_SharedPutChunks) rs=$(rate BM_RawPutSameSizes) pg=$(rate BM_SharedG
 printf '%-24s %10s %10s %7s\n' "" chunks raw ratio
 printf '%-24s %10s %10s %7.2f\n' "put (SET NX)" "$ps" "$rs" "$(awk -v a="$ps" -v b="$rs" 'BEGIN { print a / b }')"
 printf '%-24s %10s %10s %7.2f\n' "get" "$pg" "$rg" "$(awk -v a="$pg" -v b="$rg" 'BEGIN { print a / b }')"
+echo "raw hiredis (blocking, one value a call; bench/redis_bench.cc) in the same run, MB/s:"
+for size in 1048576 8388608; do
+  printf '  %dMiB: SET %s, GET %s\n' "$((size >> 20))" "$(rate "BM_RawHiredisSet/$size")" "$(rate "BM_RawHiredisGet/$size")"
+done
 echo "fetch of a 32k-token, 32-layer cache (256 MiB), 30 fetches: ms"
 printf '%-24s %10s %10s\n' "" p50 p99
 printf '%-24s %10s %10s\n' "shared tier (redis)" "$(ms BM_SharedFetchLatency p50)" "$(ms BM_SharedFetchLatency p99)"
