@@ -151,7 +151,8 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     }
     int64_t foreign = 0;
     for (int64_t i = 0; i < k; ++i) {
-      for (auto& [path, rows] : chunks[i].rows) {
+      for (auto& [leaf_path, rows] : chunks[i].rows) {
+        const std::string& path = leaf_path;
         const LeafInfo& leaf = *std::find_if(ns.leaves.begin(), ns.leaves.end(),
                                              [&](const LeafInfo& x) { return x.path == path; });
         // A rotating leaf is rebuilt from rows only when it has them all.
