@@ -29,11 +29,12 @@ if [[ "${1:-}" == "--tsan" ]]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_SANITIZE=thread -DKVSTORE_BUILD_BENCH=OFF \
     -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" >/dev/null
   cmake --build "$build" --parallel "$(nproc)" --target prompt_cache_sim server_prompt_cache_test \
-    prompt_cache_store_test prompt_cache_convert_test kv_backend_conformance_test shared_prompt_cache_test
+    prompt_cache_store_test prompt_cache_convert_test kv_backend_conformance_test shared_prompt_cache_test \
+    shared_tier_redis_test
   cd "$build"
   # kv_backend_conformance_test brings in the Redis servers (a ctest fixture).
   exec ctest --output-on-failure \
-    -R '^(prompt_cache_sim_short|server_prompt_cache_test|prompt_cache_store_test|prompt_cache_convert_test|kv_backend_conformance_test|shared_prompt_cache_test)$'
+    -R '^(prompt_cache_sim_short|server_prompt_cache_test|prompt_cache_store_test|prompt_cache_convert_test|kv_backend_conformance_test|shared_prompt_cache_test|shared_tier_redis_test)$'
 fi
 "$root/scripts/build.sh" "$build" "${args[@]}"
 cd "$build"
