@@ -175,6 +175,9 @@ Result<LeafRowSource> LeafRowSource::Of(const Cache& leaf, const LeafInfo& info,
     const auto* chunked = dynamic_cast<const ChunkedKVCache*>(&leaf);
     const int64_t first = chunked != nullptr ? chunked->start_position() : 0;
     const int64_t count = tokens - first;
+    // A ChunkedKVCache restored from a file after it front-trimmed can have
+    // a start_position past its offset (mlx-lm's lossy load): no rows then.
+    if (count < 0 || count > state[0].array().dim(2) || count > state[1].array().dim(2)) return out;
     out.segments_.push_back(
         Segment{first, count, {state[0].array().Slice(2, 0, count), state[1].array().Slice(2, 0, count)}});
   }
