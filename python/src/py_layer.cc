@@ -1,5 +1,7 @@
 #include "python/src/py_layer.h"
 
+#include <pybind11/stl.h>
+
 #include <string>
 #include <utility>
 
