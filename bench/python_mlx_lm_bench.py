@@ -1,0 +1,103 @@
+"""kvstore.mlx_lm against mlx-lm's own functions, in one script (docs/performance.md).
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_mlx_lm_bench.py [--tokens 8192] [--runs 5]
+
+The cache is mlx-lm's: 32 KVCache layers of [1, 8, TOKENS, 128] BF16 keys and values
+~ N(0, 1) (TOKENS=8192 is 1 GiB), saved by mlx-lm's save_prompt_cache. Each round runs,
+on the same warm input file:
+  mlx-lm      load_prompt_cache + save_prompt_cache (mlx_lm.models.cache)
+  kvstore     kvstore.mlx_lm.load_prompt_cache + save_prompt_cache(integrity=True)
+  kvstore-v   the same from a kvstore-written input, loaded with verify=True
+and prints the best (minimum) and median wall times and the ratio mlx-lm / kvstore. It
+also times kvstore.load (buffers only) of the 1 GiB file against a one-layer file, to
+show that it costs O(header). Needs ../shared/mlx-ref (or KVSTORE_MLX_REF).
+"""
+
+import argparse
+import gc
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+MLX_REF = pathlib.Path(os.environ.get("KVSTORE_MLX_REF") or REPO.parent / "shared" / "mlx-ref")
+sys.path.insert(0, str(MLX_REF / "python"))
+
+import mlx.core as mx  # noqa: E402
+from mlx_lm.models import cache as mlx_cache  # noqa: E402
+
+import kvstore  # noqa: E402
+import kvstore.mlx_lm  # noqa: E402
+
+
+def make_input(path, tokens, layers=32):
+    caches = []
+    for i in range(layers):
+        c = mlx_cache.KVCache()
+        k = mx.random.normal((1, 8, tokens, 128), key=mx.random.key(2 * i)).astype(mx.bfloat16)
+        v = mx.random.normal((1, 8, tokens, 128), key=mx.random.key(2 * i + 1)).astype(mx.bfloat16)
+        c.state = (k, v)
+        caches.append(c)
+    mx.eval([c.state for c in caches])
+    mlx_cache.save_prompt_cache(path, caches, {"model": "bench"})
+    return sum(c.nbytes for c in caches)
+
+
+def timed(fn):
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - start
+    gc.collect()
+    return elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as d:
+        src, src_kv = os.path.join(d, "in.safetensors"), os.path.join(d, "in-kvstore.safetensors")
+        nbytes = make_input(src, args.tokens)
+        kvstore.mlx_lm.save_prompt_cache(src_kv, mlx_cache.load_prompt_cache(src), {"model": "bench"})
+        out = os.path.join(d, "out.safetensors")
+
+        def reference():
+            mlx_cache.save_prompt_cache(out, mlx_cache.load_prompt_cache(src))
+
+        def ours():
+            kvstore.mlx_lm.save_prompt_cache(out, kvstore.mlx_lm.load_prompt_cache(src), integrity=True)
+
+        def ours_verified():
+            kvstore.mlx_lm.save_prompt_cache(out, kvstore.mlx_lm.load_prompt_cache(src_kv, verify=True), integrity=True)
+
+        runs = {"mlx-lm": [], "kvstore": [], "kvstore-v": []}
+        fns = {"mlx-lm": reference, "kvstore": ours, "kvstore-v": ours_verified}
+        for fn in fns.values():  # warm-up: page cache and MLX allocator
+            fn()
+        for _ in range(args.runs):
+            for name, fn in fns.items():
+                runs[name].append(timed(fn))
+        print(f"cache: 32 x KVCache [1, 8, {args.tokens}, 128] BF16 = {nbytes / 2**30:.2f} GiB; "
+              f"{args.runs} rounds; seconds (best / median)")
+        best_ref = min(runs["mlx-lm"])
+        for name, times in runs.items():
+            ratio = best_ref / min(times)
+            print(f"  {name:10s} load+save  {min(times):6.3f} / {statistics.median(times):6.3f}   "
+                  f"mlx-lm/this {ratio:4.2f}x")
+
+        small = os.path.join(d, "small.safetensors")
+        kvstore.save(small, [kvstore.load(src).layers[0]])
+        big_t = min(timed(lambda: kvstore.load(src)) for _ in range(args.runs))
+        small_t = min(timed(lambda: kvstore.load(small)) for _ in range(args.runs))
+        print(f"  kvstore.load (buffers): {big_t * 1e3:.2f} ms for {nbytes / 2**30:.2f} GiB, "
+              f"{small_t * 1e3:.2f} ms for one layer ({os.path.getsize(small) / 2**20:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
