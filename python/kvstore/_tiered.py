@@ -85,7 +85,10 @@ class TieredPromptCache:
     background thread; ``close()`` (also on ``with`` exit and at interpreter exit)
     flushes them. A server restarted on the same directory serves its old prefixes.
 
-    ``redis`` is reserved for the shared tier. Every method is thread-safe.
+    ``redis`` is reserved for the shared tier. Every method is thread-safe. MLX itself
+    binds arrays to the stream of the thread that made them (MLX 0.32 raises "There is
+    no Stream(cpu, 0) in current thread" elsewhere), so call it from the thread that
+    runs the model, as mlx_lm.server does; the disk writer thread never touches MLX.
     """
 
     def __init__(self, max_size=10, max_bytes=1 << 63, *, directory=None, disk_bytes=16 << 30, redis=None):

@@ -9,6 +9,7 @@ import hashlib
 import os
 import pathlib
 import sys
+import threading
 
 import pytest
 
@@ -74,3 +75,21 @@ def flatten(tree, prefix=""):
             out += flatten(item, f"{prefix}.{i}" if prefix else str(i))
         return out
     return [(prefix, tree)]
+
+
+def run_in_threads(work, n=4):
+    """Runs work(i) on n threads at once; returns the exceptions they raised."""
+    errors = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except Exception as e:  # returned to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import kvstore
-from conftest import FIXTURES, REPO, fixture_files, flatten, sha256
+from conftest import FIXTURES, REPO, fixture_files, flatten, run_in_threads, sha256
 
 F16 = FIXTURES / "kvcache_f16_4l.safetensors"
 BF16 = FIXTURES / "kvcache_bf16_4l.safetensors"
@@ -237,25 +237,16 @@ def test_calls_are_thread_safe(tmp_path):
     noise = np.random.default_rng(1).standard_normal((1, 8, 1024, 128)).astype(np.float16)
     src = str(tmp_path / "src.safetensors")
     kvstore.save(src, [("KVCache", [noise, noise], "") for _ in range(4)])
-    errors = []
 
     def work(i):
-        try:
-            for _ in range(5):
-                out = str(tmp_path / f"o{i}.safetensors")
-                kvstore.save(out, kvstore.load(src).layers, compress=True)
-                assert kvstore.load(out, verify=True).verified
-                assert kvstore.verify(src)["bytes_hashed"] == 4 * 2 * noise.nbytes
-                kvstore.trim(src, out, 3)
-        except Exception as e:  # reported below
-            errors.append(e)
+        for _ in range(5):
+            out = str(tmp_path / f"o{i}.safetensors")
+            kvstore.save(out, kvstore.load(src).layers, compress=True)
+            assert kvstore.load(out, verify=True).verified
+            assert kvstore.verify(src)["bytes_hashed"] == 4 * 2 * noise.nbytes
+            kvstore.trim(src, out, 3)
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert errors == []
+    assert run_in_threads(work) == []
 
 
 def test_the_gil_is_released_while_saving():

@@ -4,12 +4,11 @@ import os
 import random
 import subprocess
 import sys
-import threading
 
 import pytest
 
 import kvstore
-from conftest import flatten
+from conftest import flatten, run_in_threads
 from kvstore.mlx_lm import TieredPromptCache
 
 MODEL = ("models/demo", None, None)  # mlx_lm.server's model key shape
@@ -174,30 +173,56 @@ cache.insert_cache(("m", None), [1, 2, 3, 4], [c])
         assert got is not None and rest == [5] and got[0].offset == 4
 
 
+class NumpyKVCache:
+    """A KVCache-shaped cache over numpy arrays: MLX binds its arrays to one thread."""
+
+    def __init__(self, tokens):
+        import numpy as np
+
+        k = np.repeat(np.array(tokens, dtype=np.float16).reshape(1, 1, -1, 1), 4, axis=3)
+        self.keys, self.values, self.offset = k, k + 1, len(tokens)
+
+    state = property(lambda self: (self.keys[:, :, : self.offset], self.values[:, :, : self.offset]))
+    meta_state = ""
+    nbytes = property(lambda self: self.keys.nbytes + self.values.nbytes)
+
+    def is_trimmable(self):
+        return True
+
+    def trim(self, n):
+        n = min(self.offset, n)
+        self.offset -= n
+        return n
+
+
+NumpyKVCache.__name__ = "KVCache"  # what the disk tier records as the class
+
+
 def test_concurrent_use(mlx_cache, mx, tmp_path):
-    errors = []
-    with TieredPromptCache(max_size=8, directory=tmp_path / "store") as cache:
+    rng = random.Random(3)
+    prompts = sorted({tuple([1, 2] + [rng.randrange(5) for _ in range(rng.randrange(1, 5))]) for _ in range(12)})
+    with TieredPromptCache(max_size=100, directory=tmp_path / "store") as cache:
+        for p in prompts:
+            cache.insert_cache(MODEL, list(p), [NumpyKVCache(p)])
+
         def worker(seed):
             rng = random.Random(seed)
-            try:
-                for _ in range(30):
-                    tokens = [1, 2] + [rng.randrange(5) for _ in range(rng.randrange(1, 5))]
-                    if rng.random() < 0.5:
-                        cache.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
-                    else:
-                        got, rest = cache.fetch_nearest_cache(MODEL, tokens)
-                        if got is not None:
-                            covered = len(tokens) - len(rest) if rest else len(tokens)
-                            assert got[0].offset >= covered - 1
-            except Exception as e:  # reported below
-                errors.append(e)
+            for _ in range(200):
+                tokens = list(rng.choice(prompts))
+                if rng.random() < 0.3:
+                    cache.insert_cache(MODEL, tokens, [NumpyKVCache(tokens)])
+                    continue
+                got, rest = cache.fetch_nearest_cache(MODEL, tokens + [9])
+                covered = len(tokens) + 1 - len(rest)
+                assert got is not None and covered >= 2
+                assert got[0].offset == covered
+                assert got[0].state[0][0, 0, :, 0].tolist() == tokens[:covered]
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert errors == []
+        assert run_in_threads(worker) == []
+    with TieredPromptCache(directory=tmp_path / "store") as restarted:  # MLX on this thread only
+        for p in prompts:
+            got, rest = restarted.fetch_nearest_cache(MODEL, list(p))
+            assert rest == [] and bytes(memoryview(got[0].state[0])) == NumpyKVCache(p).keys.tobytes()
 
 
 def test_interface_details(mlx_cache, mx, tmp_path):
