@@ -168,11 +168,16 @@ py::object JsonToPython(const Json& value) {
   return py::none();
 }
 
+// The layouts save() and convert() write, by name (exported as kvstore._kvstore.LAYOUTS).
+constexpr PromptCacheLayout kWritableLayouts[] = {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxSwiftLm};
+
 PromptCacheLayout ParseLayoutName(const std::string& name) {
-  for (PromptCacheLayout layout : {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxSwiftLm}) {
+  std::string names;
+  for (PromptCacheLayout layout : kWritableLayouts) {
     if (LayoutName(layout) == name) return layout;
+    names += (names.empty() ? "\"" : ", \"") + std::string(LayoutName(layout)) + "\"";
   }
-  ThrowInvalid("layout must be \"mlx-lm\" or \"mlx-swift-lm\", got \"" + name + "\"");
+  ThrowInvalid("layout must be one of " + names + ", got \"" + name + "\"");
 }
 
 ZstdCodec ParseCodecName(const std::string& name) {
@@ -209,6 +214,9 @@ void RegisterFileApi(py::module_& m) {
       .def("__repr__", [](const PyCacheFile& f) {
         return "kvstore.CacheFile('" + f.path() + "', " + std::to_string(py::len(f.layers())) + " layers)";
       });
+  py::tuple layouts(std::size(kWritableLayouts));
+  for (size_t i = 0; i < std::size(kWritableLayouts); ++i) layouts[i] = py::str(std::string(LayoutName(kWritableLayouts[i])));
+  m.attr("LAYOUTS") = layouts;
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("verify") = false, py::arg("threads") = 0);
   m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
         py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,
