@@ -1,5 +1,6 @@
 // kvstore.convert and kvstore.trim: kvtool convert / trim as functions.
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <cstdio>
 #include <string>
@@ -59,9 +60,10 @@ void ParseQuantize(py::handle quantize, LayerTransform& t) {
   }
 }
 
-void Convert(const std::string& in, const std::string& out, py::handle compress, std::optional<std::string> codec,
+void Convert(const std::filesystem::path& in_path, const std::filesystem::path& out_path, py::handle compress, std::optional<std::string> codec,
              std::optional<bool> integrity, std::optional<std::string> layout, py::handle quantize,
              bool dequantize, bool gpu_rounding, std::optional<std::string> dtype, int threads) {
+  const std::string in = in_path.string(), out = out_path.string();
   LayerTransform transform;
   ParseQuantize(quantize, transform);
   if (dequantize && transform.bits != 0) ThrowInvalid("quantize and dequantize exclude each other");
@@ -120,8 +122,9 @@ void Convert(const std::string& in, const std::string& out, py::handle compress,
   ThrowIfError(s);
 }
 
-int64_t Trim(const std::string& in, const std::string& out, std::optional<int64_t> n, std::optional<int64_t> keep,
+int64_t Trim(const std::filesystem::path& in_path, const std::filesystem::path& out_path, std::optional<int64_t> n, std::optional<int64_t> keep,
              int threads) {
+  const std::string in = in_path.string(), out = out_path.string();
   if (n.has_value() == keep.has_value()) ThrowInvalid("give exactly one of n and keep");
   if (n.value_or(0) < 0 || keep.value_or(0) < 0) ThrowInvalid("token counts must be >= 0");
   auto trimmed = [&]() -> Result<int64_t> {

@@ -1,6 +1,7 @@
 #include "python/src/py_file.h"
 
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <memory>
 #include <mutex>
@@ -64,7 +65,8 @@ Metadata MetadataFromPython(py::handle metadata) {
   return out;
 }
 
-py::object Load(const std::string& path, bool verify, int threads) {
+py::object Load(const std::filesystem::path& file, bool verify, int threads) {
+  const std::string path = file.string();
   LoadPromptCacheOptions options;
   options.verify = verify;
   options.threads = threads;
@@ -75,8 +77,9 @@ py::object Load(const std::string& path, bool verify, int threads) {
   return py::cast(PyCacheFile(path, Unwrap(std::move(loaded))));
 }
 
-void Save(const std::string& path, py::handle layers, py::handle metadata, py::handle compress,
+void Save(const std::filesystem::path& file, py::handle layers, py::handle metadata, py::handle compress,
           const std::string& codec, bool integrity, const std::string& layout, int threads) {
+  const std::string path = file.string();
   SavePromptCacheOptions options;
   options.layout = ParseLayoutName(layout);
   options.codec = ParseCodecName(codec);
@@ -93,7 +96,8 @@ void Save(const std::string& path, py::handle layers, py::handle metadata, py::h
   ThrowIfError(s);
 }
 
-py::object Inspect(const std::string& path, bool verify) {
+py::object Inspect(const std::filesystem::path& file, bool verify) {
+  const std::string path = file.string();
   std::optional<bool> verified;
   std::vector<std::string> mismatches;
   auto info = [&]() -> Result<PromptCacheInfo> {
@@ -120,7 +124,8 @@ py::object Inspect(const std::string& path, bool verify) {
   return out;
 }
 
-py::dict Verify(const std::string& path, int threads) {
+py::dict Verify(const std::filesystem::path& file, int threads) {
+  const std::string path = file.string();
   auto report = [&] {
     py::gil_scoped_release release;
     return VerifyPromptCacheFile(Env::Default(), path, threads);

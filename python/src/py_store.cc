@@ -2,6 +2,7 @@
 // TieredPromptCache. Thread-safe like the store; the GIL is released while
 // files are read, verified and written.
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include <memory>
 #include <string>
@@ -20,13 +21,13 @@ namespace {
 
 class PyDiskStore {
  public:
-  PyDiskStore(const std::string& directory, int64_t max_bytes) {
+  PyDiskStore(const std::filesystem::path& directory, int64_t max_bytes) {
     PromptCacheStoreOptions options;
     options.max_bytes = max_bytes;
     StoreOpenReport report;
     auto store = [&] {
       py::gil_scoped_release release;
-      return PromptCacheStore::Open(Env::Default(), directory, options, &report);
+      return PromptCacheStore::Open(Env::Default(), directory.string(), options, &report);
     }();
     store_ = std::shared_ptr<PromptCacheStore>(Unwrap(std::move(store)));
     open_entries_ = report.entries;
@@ -80,7 +81,7 @@ class PyDiskStore {
 
 void RegisterDiskStore(py::module_& m) {
   py::class_<PyDiskStore>(m, "DiskStore", "A directory of verified prompt-cache files (the disk tier).")
-      .def(py::init<const std::string&, int64_t>(), py::arg("directory"), py::arg("max_bytes"))
+      .def(py::init<const std::filesystem::path&, int64_t>(), py::arg("directory"), py::arg("max_bytes"))
       .def("put", &PyDiskStore::Put, py::arg("model"), py::arg("tokens"), py::arg("layers"))
       .def("fetch", &PyDiskStore::Fetch, py::arg("model"), py::arg("tokens"))
       .def("close", &PyDiskStore::Close)

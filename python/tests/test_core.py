@@ -111,8 +111,8 @@ def test_save_round_trips_loaded_layers_byte_for_byte(tmp_path):
 
 @pytest.mark.parametrize("compress,codec", [(None, "zstd"), (True, "zstd"), (5, "zstd"), (True, "byteplane")])
 def test_compressed_and_verified_files_round_trip(tmp_path, compress, codec):
-    f = kvstore.load(str(BF16))
-    out = str(tmp_path / "c.safetensors")
+    f = kvstore.load(BF16)  # os.PathLike works wherever a path goes
+    out = tmp_path / "c.safetensors"
     kvstore.save(out, f, f.metadata, compress=compress, codec=codec)
     g = kvstore.load(out, verify=True)
     assert g.verified and g.compressed == (compress is not None)
