@@ -37,6 +37,8 @@ class CMakeBuild(build_ext):
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(built, target)
+        if shutil.which("strip"):  # the debug info of RelWithDebInfo is most of the file
+            subprocess.check_call(["strip", "--strip-debug", target])
 
     @staticmethod
     def _configure(build_dir):

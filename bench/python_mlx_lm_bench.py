@@ -5,10 +5,12 @@
 The cache is mlx-lm's: 32 KVCache layers of [1, 8, TOKENS, 128] BF16 keys and values
 ~ N(0, 1) (TOKENS=8192 is 1 GiB), saved by mlx-lm's save_prompt_cache. Each round runs,
 on the same warm input file:
-  mlx-lm      load_prompt_cache + save_prompt_cache (mlx_lm.models.cache)
-  kvstore     kvstore.mlx_lm.load_prompt_cache + save_prompt_cache(integrity=True)
-  kvstore-v   the same from a kvstore-written input, loaded with verify=True
-and prints the best (minimum) and median wall times and the ratio mlx-lm / kvstore. It
+  mlx-lm        load_prompt_cache + save_prompt_cache (mlx_lm.models.cache); no fsync
+  mlx-lm+fsync  the same, then fsync of the output: the durability kvstore's save has
+  kvstore       kvstore.mlx_lm.load_prompt_cache + save_prompt_cache(integrity=True)
+  kvstore-v     the same from a kvstore-written input, loaded with verify=True
+and the two halves alone (load: the arrays evaluated in MLX memory; save: of caches already
+in MLX memory). It prints the best (minimum) and median wall times and mlx-lm / this. It
 also times kvstore.load (buffers only) of the 1 GiB file against a one-layer file, to
 show that it costs O(header). Needs ../shared/mlx-ref (or KVSTORE_MLX_REF).
 """
@@ -70,14 +72,32 @@ def main():
         def reference():
             mlx_cache.save_prompt_cache(out, mlx_cache.load_prompt_cache(src))
 
+        def reference_fsync():
+            reference()
+            fd = os.open(out, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+        in_memory = mlx_cache.load_prompt_cache(src)
+        mx.eval([c.state for c in in_memory])
+
         def ours():
             kvstore.mlx_lm.save_prompt_cache(out, kvstore.mlx_lm.load_prompt_cache(src), integrity=True)
 
         def ours_verified():
             kvstore.mlx_lm.save_prompt_cache(out, kvstore.mlx_lm.load_prompt_cache(src_kv, verify=True), integrity=True)
 
-        runs = {"mlx-lm": [], "kvstore": [], "kvstore-v": []}
-        fns = {"mlx-lm": reference, "kvstore": ours, "kvstore-v": ours_verified}
+        fns = {
+            "mlx-lm": reference,
+            "mlx-lm+fsync": reference_fsync,
+            "kvstore": ours,
+            "kvstore-v": ours_verified,
+            "load: mlx-lm": lambda: mx.eval([c.state for c in mlx_cache.load_prompt_cache(src)]),
+            "load: kvstore": lambda: kvstore.mlx_lm.load_prompt_cache(src),
+            "save: mlx-lm": lambda: mlx_cache.save_prompt_cache(out, in_memory),
+            "save: kvstore": lambda: kvstore.mlx_lm.save_prompt_cache(out, in_memory, integrity=True),
+        }
+        runs = {name: [] for name in fns}
         for fn in fns.values():  # warm-up: page cache and MLX allocator
             fn()
         for _ in range(args.runs):
@@ -85,11 +105,10 @@ def main():
                 runs[name].append(timed(fn))
         print(f"cache: 32 x KVCache [1, 8, {args.tokens}, 128] BF16 = {nbytes / 2**30:.2f} GiB; "
               f"{args.runs} rounds; seconds (best / median)")
-        best_ref = min(runs["mlx-lm"])
         for name, times in runs.items():
-            ratio = best_ref / min(times)
-            print(f"  {name:10s} load+save  {min(times):6.3f} / {statistics.median(times):6.3f}   "
-                  f"mlx-lm/this {ratio:4.2f}x")
+            ref = min(runs["mlx-lm" if ":" not in name else name.split(":")[0] + ": mlx-lm"])
+            print(f"  {name:14s} {min(times):6.3f} / {statistics.median(times):6.3f}   "
+                  f"mlx-lm/this {ref / min(times):4.2f}x")
 
         small = os.path.join(d, "small.safetensors")
         kvstore.save(small, [kvstore.load(src).layers[0]])
