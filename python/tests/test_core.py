@@ -50,6 +50,7 @@ def test_load_is_zero_copy_and_read_only():
     assert not a.flags.writeable and not a.flags.owndata
     with pytest.raises(ValueError):
         a[0, 0, 0, 0] = 1
+    np.testing.assert_array_equal(np.from_dlpack(keys), a)  # DLPack export, zero-copy too
     # The views outlive the file object and the layer.
     del f
     assert np.asarray(keys).shape == (1, 2, 37, 64)
