@@ -64,7 +64,7 @@ def fixture_files():
 
 
 def sha256(buf):
-    return hashlib.sha256(memoryview(buf).cast("B")).hexdigest()
+    return hashlib.sha256(memoryview(buf).tobytes()).hexdigest()  # also for zero-size views
 
 
 def flatten(tree, prefix=""):
