@@ -1,10 +1,12 @@
 // Prompt reuse: an in-memory hit costs O(layers), independent of the cache's
-// bytes (copy-on-write fetch), and trie lookups over 100k stored prompts.
+// bytes (copy-on-write fetch); a disk-tier miss costs O(prompt); trie
+// lookups over 100k stored prompts.
 #include <benchmark/benchmark.h>
 
 #include <random>
 
 #include "kvstore/kv_cache.h"
+#include "kvstore/prompt_cache_store.h"
 #include "kvstore/prompt_trie.h"
 #include "kvstore/server_prompt_cache.h"
 
@@ -40,6 +42,41 @@ void BM_ServerFetchHit(benchmark::State& state) {
 }
 // Same 32k tokens, 4x the bytes: the fetch time must not follow the bytes.
 BENCHMARK(BM_ServerFetchHit)->Args({32768, 1})->Args({32768, 4});
+
+// A miss of a prompt of range(0) tokens on a store of 300 entries whose
+// keys have 300 lengths between 64 and ~4k tokens (the prompt shares its
+// first 32 tokens with the 64-token key): what the disk tier adds to
+// ServerPromptCache's miss path. In-memory Env: a miss reads no file.
+void BM_StoreMiss(benchmark::State& state) {
+  const size_t tokens = static_cast<size_t>(state.range(0));
+  std::unique_ptr<kvstore::Env> env = kvstore::NewMemEnv();
+  auto opened = kvstore::PromptCacheStore::Open(env.get(), "/store", {});
+  if (!opened.ok()) {
+    state.SkipWithError(opened.status().ToString().c_str());
+    return;
+  }
+  std::unique_ptr<kvstore::PromptCacheStore> store = std::move(opened).value();
+  auto kv = std::make_shared<kvstore::KVCache>();
+  kvstore::Array a = kvstore::Array::Zeros(kvstore::DType::kF16, {1, 1, 4, 64});
+  (void)kv->SetState(kvstore::CacheState({a, a}));
+  const kvstore::PromptCache small = {kv};
+  std::mt19937 rng(1);
+  std::vector<int32_t> query;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<int32_t> key(static_cast<size_t>(64 + i * 13));
+    for (auto& t : key) t = static_cast<int32_t>(rng() % 50000);
+    if (i == 0) query.assign(key.begin(), key.begin() + 32);
+    (void)store->Put("m", key, small);
+  }
+  while (query.size() < tokens) query.push_back(static_cast<int32_t>(rng() % 50000));
+  for (auto _ : state) {
+    auto hit = store->FetchLongestPrefix("m", query);
+    benchmark::DoNotOptimize(hit);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * tokens));
+}
+// Goal: /32768 within 40x of /1024 (linear in the prompt).
+BENCHMARK(BM_StoreMiss)->Arg(1024)->Arg(32768);
 
 void BM_PromptTrieSearch100k(benchmark::State& state) {
   kvstore::PromptTrie<int> trie;

@@ -30,9 +30,10 @@ if [[ "${1:-}" == "--tsan" ]]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_SANITIZE=thread -DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF \
     -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" >/dev/null
   cmake --build "$build" --parallel "$(nproc)" --target prompt_cache_sim server_prompt_cache_test \
-    prompt_cache_convert_test
+    prompt_cache_store_test prompt_cache_convert_test
   cd "$build"
-  exec ctest --output-on-failure -R '^(prompt_cache_sim_short|server_prompt_cache_test|prompt_cache_convert_test)$'
+  exec ctest --output-on-failure \
+    -R '^(prompt_cache_sim_short|server_prompt_cache_test|prompt_cache_store_test|prompt_cache_convert_test)$'
 fi
 "$root/scripts/build.sh" "$build" "${args[@]}"
 cd "$build"

@@ -13,23 +13,6 @@
 
 namespace kvstore {
 
-// Stand-ins for the helpers of libkvstore/cache (mlx-lm semantics, spec
-// §12.2). Weak, so the library's definitions take over once linked in.
-[[gnu::weak]] bool CanTrimPromptCache(std::span<const std::shared_ptr<Cache>> cache) {
-  return std::all_of(cache.begin(), cache.end(), [](const auto& c) { return c->IsTrimmable(); });
-}
-
-[[gnu::weak]] Result<int64_t> TrimPromptCache(std::span<const std::shared_ptr<Cache>> cache,
-                                              int64_t n) {
-  if (cache.empty() || !CanTrimPromptCache(cache)) return int64_t{0};
-  int64_t first = 0;
-  for (size_t i = 0; i < cache.size(); ++i) {
-    KV_ASSIGN_OR_RETURN(int64_t trimmed, cache[i]->Trim(n));
-    if (i == 0) first = trimmed;
-  }
-  return first;
-}
-
 namespace {
 
 using ::kvstore::testing::HasCode;

@@ -54,6 +54,7 @@ void ExpectMatchesReload(const PromptCache& cache, const Json& reload, const std
 }
 
 TEST(PromptCacheFileTest, LoadsEveryMlxLmFixtureAsMlxLmDid) {
+  size_t loaded_files = 0;
   for (const std::string& path : MlxLmFixtures()) {
     SCOPED_TRACE(path);
     const Json sidecar = Sidecar(path);
@@ -66,11 +67,14 @@ TEST(PromptCacheFileTest, LoadsEveryMlxLmFixtureAsMlxLmDid) {
     const Json& user = *reload.Find("user_metadata");
     EXPECT_EQ(loaded.user_metadata.size(), user.size());
     for (const auto& [k, v] : loaded.user_metadata) EXPECT_EQ(user.Find(k)->as_string(), v) << k;
+    ++loaded_files;
   }
+  EXPECT_GE(loaded_files, testing::kMlxLmFixturesShipped);
 }
 
 TEST(PromptCacheFileTest, RoundTripsEveryFixtureWithAndWithoutCompression) {
   testing::TempDir dir;
+  size_t round_trips = 0;
   for (const std::string& path : MlxLmFixtures()) {
     SCOPED_TRACE(path);
     const Json sidecar = Sidecar(path);
@@ -89,8 +93,10 @@ TEST(PromptCacheFileTest, RoundTripsEveryFixtureWithAndWithoutCompression) {
       EXPECT_EQ(again.compressed, compress);
       EXPECT_EQ(again.user_metadata, loaded.user_metadata);
       ExpectMatchesReload(again.cache, reload, out);
+      ++round_trips;
     }
   }
+  EXPECT_GE(round_trips, 2 * testing::kMlxLmFixturesShipped);
 }
 
 TEST(PromptCacheFileTest, WritesTheSameHeaderKeysAsMlxLm) {

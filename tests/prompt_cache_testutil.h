@@ -2,8 +2,6 @@
 #ifndef KVSTORE_TESTS_PROMPT_CACHE_TESTUTIL_H_
 #define KVSTORE_TESTS_PROMPT_CACHE_TESTUTIL_H_
 
-#include <algorithm>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,16 +13,6 @@
 #include "testutil.h"
 
 namespace kvstore::testing {
-
-// Every fixtures/mlx-lm/*.safetensors, sorted.
-inline std::vector<std::string> MlxLmFixtures() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(FixturePath("mlx-lm"))) {
-    if (e.path().extension() == ".safetensors") out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // "key" -> sha256 of every array in a state tree (keys relative to the layer).
 inline void StateDigests(const CacheState& s, const std::string& prefix, std::map<std::string, std::string>& out) {

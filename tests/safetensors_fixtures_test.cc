@@ -1,6 +1,5 @@
 // Every safetensors file written by the real mlx-lm parses under our strict
 // rules, and what we read matches the sidecar the generator wrote.
-#include <filesystem>
 
 #include "kvstore/json.h"
 #include "kvstore/safetensors.h"
@@ -9,15 +8,6 @@
 
 namespace kvstore {
 namespace {
-
-std::vector<std::string> FixtureFiles() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(testing::FixturePath("mlx-lm"))) {
-    if (e.path().extension() == ".safetensors") out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 std::string DtypeFromNumpyName(const std::string& name) {
   static const std::pair<const char*, const char*> kMap[] = {
@@ -30,8 +20,8 @@ std::string DtypeFromNumpyName(const std::string& name) {
 }
 
 TEST(SafetensorsFixturesTest, EveryMlxFileMatchesItsSidecar) {
-  const auto files = FixtureFiles();
-  ASSERT_GE(files.size(), 10u);
+  const auto files = testing::MlxLmFixtures();
+  ASSERT_GE(files.size(), testing::kMlxLmFixturesShipped);
   for (const std::string& path : files) {
     SCOPED_TRACE(path);
     std::string sidecar_path = path.substr(0, path.size() - std::string(".safetensors").size()) + ".json";
@@ -71,13 +61,15 @@ TEST(SafetensorsFixturesTest, EveryMlxFileMatchesItsSidecar) {
 // The sidecars record each layer's state digests (tensor "<layer>.<key>").
 TEST(SafetensorsFixturesTest, TensorDigestsMatchRecordedState) {
   int checked = 0;
-  for (const std::string& path : FixtureFiles()) {
+  size_t files_with_state = 0;
+  for (const std::string& path : testing::MlxLmFixtures()) {
     SCOPED_TRACE(path);
     std::string sidecar_path = path.substr(0, path.size() - std::string(".safetensors").size()) + ".json";
     ASSERT_OK_AND_ASSIGN(Json sidecar, Json::Parse(testing::ReadFileString(sidecar_path)));
     ASSERT_OK_AND_ASSIGN(auto file, SafetensorsFile::Open(Env::Default(), path));
     const Json* layers = sidecar.Find("layers");
     if (layers == nullptr || !layers->is_array()) continue;
+    ++files_with_state;
     for (size_t i = 0; i < layers->size(); ++i) {
       const Json* state = layers->as_array()[i].Find("state");
       if (state == nullptr || !state->is_array()) continue;
@@ -95,6 +87,7 @@ TEST(SafetensorsFixturesTest, TensorDigestsMatchRecordedState) {
       }
     }
   }
+  EXPECT_GE(files_with_state, testing::kMlxLmFixturesShipped);
   EXPECT_GT(checked, 30);
 }
 

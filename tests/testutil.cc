@@ -1,11 +1,14 @@
 #include "testutil.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "kvstore/float16.h"
 
@@ -15,6 +18,30 @@ std::string FixturesDir() { return KVSTORE_FIXTURES_DIR; }
 
 std::string FixturePath(std::string_view relative) {
   return FixturesDir() + "/" + std::string(relative);
+}
+
+std::vector<std::string> MlxLmFixtures() {
+  const std::string dir = FixturePath("mlx-lm");
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".safetensors") out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  const nlohmann::json manifest = nlohmann::json::parse(ReadFileString(dir + "/manifest.json"), nullptr, false);
+  if (!manifest.is_object() || !manifest.contains("fixtures") || !manifest["fixtures"].is_array()) {
+    ADD_FAILURE() << dir << "/manifest.json: no \"fixtures\" list";
+    return out;
+  }
+  size_t listed = 0;
+  for (const nlohmann::json& f : manifest["fixtures"]) {
+    const std::string file = f.value("file", "");
+    if (file.find('/') != std::string::npos) continue;  // versioned subfolders have tests of their own
+    ++listed;
+    if (!std::binary_search(out.begin(), out.end(), dir + "/" + file)) ADD_FAILURE() << "missing fixture " << file;
+  }
+  if (listed == 0) ADD_FAILURE() << dir << "/manifest.json lists no fixture";
+  return out;
 }
 
 std::vector<std::byte> ReadFileBytes(const std::string& path) {

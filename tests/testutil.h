@@ -53,6 +53,16 @@ MATCHER(IsOk, "is OK") {
 std::string FixturesDir();
 // FixturesDir() + "/" + relative.
 std::string FixturePath(std::string_view relative);
+// Every fixtures/mlx-lm/*.safetensors (sorted full paths). Fails the test
+// (ADD_FAILURE) when fixtures/mlx-lm/manifest.json cannot be read or lists a
+// top-level file that is missing, so a loop over the result never passes on
+// an empty or partial folder.
+std::vector<std::string> MlxLmFixtures();
+// How many top-level files fixtures/mlx-lm ships: a loop over MlxLmFixtures()
+// that expects every file to qualify sees at least this many (more fixtures
+// may be added, never fewer).
+inline constexpr size_t kMlxLmFixturesShipped = 19;
+
 // Whole file as bytes / string. Fails the test (ADD_FAILURE) when unreadable.
 std::vector<std::byte> ReadFileBytes(const std::string& path);
 std::string ReadFileString(const std::string& path);

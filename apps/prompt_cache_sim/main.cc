@@ -8,7 +8,8 @@
 // with a fresh computation. With --store DIR the disk tier persists entries
 // across runs; a run on a directory left by a killed run recovers it.
 // Ends with "hit_rate: X%", "mismatches: N" and "corrupt_served: N"; exits
-// non-zero on any mismatch.
+// non-zero on any mismatch. With a store it also reports what the store
+// dropped at open and since (corrupt files, files holding another key).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -93,9 +94,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     store = std::move(opened).value();
-    std::printf("store: %lld entries recovered (%lld from the manifest), %zu dropped\n",
+    std::printf("store: %lld entries recovered (%lld from the manifest, %lld manifest lines ignored), %zu dropped\n",
                 static_cast<long long>(report.entries), static_cast<long long>(report.from_manifest),
-                report.dropped.size());
+                static_cast<long long>(report.manifest_ignored), report.dropped.size());
     for (const auto& d : report.dropped) std::printf("  dropped %s\n", d.c_str());
   }
   kvstore::ServerPromptCache cache({max_entries, mem_bytes}, store.get());
@@ -198,8 +199,9 @@ int main(int argc, char** argv) {
   std::printf("tokens_reused: %lld of %lld\n", static_cast<long long>(stats.reused.load()), static_cast<long long>(stats.tokens.load()));
   std::printf("memory: %lld entries, %lld bytes\n", static_cast<long long>(s.entries), static_cast<long long>(s.bytes));
   if (store) {
-    std::printf("disk: %lld entries, %lld bytes, %lld corrupt dropped\n", static_cast<long long>(store->entries()),
-                static_cast<long long>(store->bytes()), static_cast<long long>(store->corrupt_dropped()));
+    std::printf("disk: %lld entries, %lld bytes, %lld corrupt dropped, %lld mismatched dropped\n",
+                static_cast<long long>(store->entries()), static_cast<long long>(store->bytes()),
+                static_cast<long long>(store->corrupt_dropped()), static_cast<long long>(store->mismatched_dropped()));
   }
   std::printf("fetch_latency_us: p50 %.1f p99 %.1f\n", pct(0.5), pct(0.99));
   std::printf("errors: %lld\n", static_cast<long long>(stats.errors.load()));

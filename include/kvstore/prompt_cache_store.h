@@ -3,28 +3,35 @@
 //
 // Each entry is one file "<16 hex digits>.safetensors" in this project's
 // format with integrity on; the model key and the token ids live in the
-// file's metadata (1.kvstore_model, 1.kvstore_tokens), so the index is
-// rebuilt from the files alone. Open() scans the headers (no tensor bytes),
-// drops files that are truncated, unparsable, of an unknown layout or lack
-// the keys, and removes temp files of dead writers. A fetch loads by mmap
-// and verifies the digests: a corrupt file is a miss (and is removed),
-// never wrong KV. Disk usage is bounded by max_bytes with LRU eviction.
+// file's metadata (1.kvstore_model, 1.kvstore_tokens), and the file's name
+// is a hash of them, so the index is rebuilt from the files alone. Open()
+// scans the headers (no tensor bytes), drops files that are truncated,
+// unparsable, of an unknown layout, lack the keys or digests, or whose name
+// is not the one their key gives, and removes temp files of dead writers;
+// a file it cannot read for an I/O error is left in place, not indexed.
+//
+// Never wrong KV: a fetch loads by mmap, verifies the digests and compares
+// the key recorded in the file with the key asked for. A corrupt file, or
+// one holding another key, is a miss: the entry is dropped (its file
+// removed), counted (corrupt_dropped(), mismatched_dropped()), and the
+// next shorter stored prefix is tried. A longest-prefix lookup costs
+// O(prompt) (one incremental hash per prefix length, exact key comparison
+// on a hash match). Disk usage is bounded by max_bytes with LRU eviction.
 //
 // A manifest (<dir>/MANIFEST, one line per added or removed entry, compacted
-// at Open) makes startup fast: files it lists with a matching size are
-// indexed without reading them; anything else is scanned. The manifest is a
-// hint, never trusted for content: every served file is verified.
+// at Open) makes startup fast: a file it lists with a matching size and a
+// name that agrees with the listed key is indexed without reading it; any
+// other file is scanned. The manifest is a hint, never trusted for content.
 //
 // One process owns a directory at a time: Open() takes an exclusive lock on
 // <dir>/LOCK and fails with FailedPrecondition ("held by another process")
-// for a second owner. Thread-safe: all members may be called concurrently.
+// for a second owner. Thread-safe: all members may be called concurrently;
+// loads and saves run outside the store's lock.
 #ifndef KVSTORE_PROMPT_CACHE_STORE_H_
 #define KVSTORE_PROMPT_CACHE_STORE_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -42,19 +49,27 @@ struct PromptCacheStoreOptions {
 
 struct StoreOpenReport {
   int64_t entries = 0;
-  int64_t from_manifest = 0;  // indexed without reading the file
+  int64_t from_manifest = 0;     // indexed without reading the file
+  int64_t manifest_ignored = 0;  // lines that disagreed with their file (size, or name vs key): file read instead
   std::vector<std::string> dropped;  // "<file>: <reason>"
 };
 
 class PromptCacheStore {
  public:
+  // Opens `dir` (created if missing) and indexes it as described above.
+  // FailedPrecondition when another process holds it, or the Env's error.
+  // `report` (optional) receives what was indexed and dropped.
   static Result<std::unique_ptr<PromptCacheStore>> Open(Env* env, const std::string& dir,
                                                         const PromptCacheStoreOptions& options,
                                                         StoreOpenReport* report = nullptr);
   ~PromptCacheStore();
 
+  PromptCacheStore(const PromptCacheStore&) = delete;
+  PromptCacheStore& operator=(const PromptCacheStore&) = delete;
+
   // Saves (atomically) the cache for (model, tokens), replacing an entry
   // with the same key, then evicts least recently used files over budget.
+  // InvalidArgument for empty tokens (such an entry could never be served).
   Status Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache);
 
   struct Hit {
@@ -62,36 +77,23 @@ class PromptCacheStore {
     int64_t length = 0;  // tokens the cache covers (a prefix of the query)
   };
   // The entry with the longest key that is a prefix of `tokens` (the whole
-  // of `tokens` included), loaded and verified; nullopt on a miss.
+  // of `tokens` included), loaded and verified; nullopt on a miss. A file
+  // that cannot be read for an I/O error is skipped but kept.
   Result<std::optional<Hit>> FetchLongestPrefix(const std::string& model, std::span<const int32_t> tokens);
 
   int64_t entries() const;
   int64_t bytes() const;
+  // Entries dropped because their file failed to load or verify.
   int64_t corrupt_dropped() const;
+  // Files dropped because the key they hold is not the one they were
+  // indexed under: at Open (the name disagrees with the key in the header)
+  // or at a fetch (the header disagrees with the manifest's key).
+  int64_t mismatched_dropped() const;
 
  private:
-  struct Entry {
-    std::string file;
-    int64_t bytes = 0;
-    uint64_t last_use = 0;
-  };
-  PromptCacheStore(Env* env, std::string dir, PromptCacheStoreOptions options,
-                   std::unique_ptr<FileLock> lock);
-  void EvictLocked();
-  void LogLocked(char op, const std::string& file, const std::string& model, std::span<const int32_t> tokens,
-                 int64_t bytes);
-  static std::string Key(const std::string& model, std::span<const int32_t> tokens);
-
-  Env* env_;
-  std::string dir_;
-  PromptCacheStoreOptions options_;
-  std::unique_ptr<FileLock> lock_;
-  mutable std::mutex mu_;
-  std::map<std::string, Entry> index_;  // Key(model, tokens) -> entry
-  int64_t bytes_ = 0;
-  uint64_t clock_ = 0;
-  int64_t corrupt_dropped_ = 0;
-  std::unique_ptr<WritableFile> manifest_;  // append-only log
+  struct Impl;
+  explicit PromptCacheStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kvstore

@@ -64,8 +64,6 @@ class ServerPromptCache {
     int64_t bytes = 0;
     std::list<uint64_t>::iterator lru;
   };
-  static uint64_t HashStep(uint64_t h, int32_t token);
-  static uint64_t ModelHash(const std::string& model);
   void EvictLocked();
   Result<std::optional<Hit>> Serve(std::shared_ptr<const PromptCache> cache, int64_t length,
                                    int64_t query_length, bool from_disk);

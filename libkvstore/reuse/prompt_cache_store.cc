@@ -1,118 +1,150 @@
 #include "kvstore/prompt_cache_store.h"
 
-#include <charconv>
-#include <cstdio>
+#include <algorithm>
+#include <mutex>
 
 #include "kvstore/prompt_cache_file.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/reuse/prefix_hash.h"
+#include "libkvstore/reuse/store_format.h"
+#include "libkvstore/reuse/store_index.h"
 
 namespace kvstore {
 
+struct PromptCacheStore::Impl {
+  Env* env;
+  std::string dir;
+  PromptCacheStoreOptions options;
+  std::unique_ptr<FileLock> lock;
+
+  // Guarded by mu once Open has returned.
+  mutable std::mutex mu;
+  StoreIndex index;
+  int64_t corrupt_dropped = 0;
+  int64_t mismatched_dropped = 0;
+  std::unique_ptr<WritableFile> manifest;  // append-only log
+
+  std::string Path(const std::string& file) const { return dir + "/" + file; }
+
+  void Add(StoreIndex::Entry entry) {
+    const uint64_t hash = KeyHash(entry.key.model, entry.key.tokens);
+    index.Insert(std::move(entry), hash);
+  }
+
+  void LogLocked(const std::string& line) {
+    if (manifest == nullptr) return;
+    // The manifest is a hint: a failed append only costs a slower next start.
+    if (manifest->Append(std::as_bytes(std::span(line))).ok()) (void)manifest->Sync();
+  }
+
+  void AddLocked(StoreIndex::Entry entry) {
+    LogLocked(ManifestAddLine(entry.file, entry.bytes, entry.key.model, entry.key.tokens));
+    Add(std::move(entry));
+  }
+
+  void RemoveLocked(const std::string& file) {
+    (void)env->RemoveFile(Path(file));
+    LogLocked(ManifestRemoveLine(file));
+  }
+
+  void EvictLocked() {
+    while (index.bytes() > options.max_bytes && index.size() > 0) {
+      const std::string victim = index.LeastRecent()->file;
+      RemoveLocked(victim);
+      index.Erase(victim);
+    }
+  }
+
+  // Forgets a bad file unless it has been replaced since it was looked up.
+  // `counter` is one of the counters above.
+  void Drop(const std::string& file, uint64_t generation, int64_t& counter) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!index.Erase(file, generation)) return;
+    RemoveLocked(file);
+    ++counter;
+  }
+
+  Status IndexDirectory(StoreOpenReport& report);
+};
+
 namespace {
-constexpr char kModelKey[] = "kvstore_model";
-constexpr char kTokensKey[] = "kvstore_tokens";
-constexpr char kSuffix[] = ".safetensors";
 
-std::string TokensText(std::span<const int32_t> tokens) {
-  std::string out;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (i > 0) out += ',';
-    out += std::to_string(tokens[i]);
-  }
-  return out;
-}
-
-std::optional<std::vector<int32_t>> ParseTokens(std::string_view s) {
-  std::vector<int32_t> out;
-  while (!s.empty()) {
-    const size_t comma = s.find(',');
-    const std::string_view part = s.substr(0, comma);
-    int32_t v;
-    auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (ec != std::errc() || p != part.data() + part.size()) return std::nullopt;
-    out.push_back(v);
-    if (comma == std::string_view::npos) break;
-    s.remove_prefix(comma + 1);
-  }
-  return out;
-}
-
-// MANIFEST lines: "+ <file> <bytes> <model-hex> <tokens>" or "- <file>".
-std::string Hex(std::string_view s) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out.empty() ? "-" : out;
-}
-
-std::optional<std::string> Unhex(std::string_view s) {
-  if (s == "-") return std::string();
-  if (s.size() % 2 != 0) return std::nullopt;
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 2) {
-    auto nib = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-      return -1;
-    };
-    const int hi = nib(s[i]), lo = nib(s[i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out += static_cast<char>(hi << 4 | lo);
-  }
-  return out;
-}
-
-struct ManifestEntry {
-  std::string model;
-  std::vector<int32_t> tokens;
+// What a file's header says about it as a store entry.
+struct ScannedFile {
+  StoreKey key;
   int64_t bytes = 0;
 };
 
-// Parses the manifest leniently: malformed lines are ignored (it is a hint).
-std::map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data) {
-  std::map<std::string, ManifestEntry> out;
-  std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    if (nl == std::string_view::npos) break;  // a torn last line
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl + 1);
-    std::vector<std::string_view> parts;
-    while (!line.empty()) {
-      const size_t sp = line.find(' ');
-      parts.push_back(line.substr(0, sp));
-      if (sp == std::string_view::npos) break;
-      line.remove_prefix(sp + 1);
-    }
-    if (parts.size() == 2 && parts[0] == "-") {
-      out.erase(std::string(parts[1]));
-    } else if (parts.size() == 5 && parts[0] == "+") {
-      int64_t bytes = 0;
-      auto [p, ec] = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), bytes);
-      auto model = Unhex(parts[3]);
-      auto tokens = ParseTokens(parts[4] == "-" ? std::string_view() : parts[4]);
-      if (ec != std::errc() || !model || !tokens) continue;
-      out[std::string(parts[1])] = ManifestEntry{*model, *tokens, bytes};
-    }
-  }
-  return out;
+// Reads the header of a file (no tensor bytes); it must be one of our
+// files with digests and a key.
+Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
+  KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(env, path));
+  if (!info.has_digests) return Status::Corruption("not a store entry: no digests");
+  std::optional<StoreKey> key = StoreKeyFromMetadata(info.user_metadata);
+  if (!key) return Status::Corruption("not a store entry: no valid model/tokens keys");
+  return ScannedFile{std::move(*key), static_cast<int64_t>(info.file_bytes)};
 }
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+bool HoldsKey(const Metadata& metadata, std::string_view model, std::span<const int32_t> tokens) {
+  std::optional<StoreKey> held = StoreKeyFromMetadata(metadata);
+  return held && held->model == model && std::ranges::equal(held->tokens, tokens);
 }
+
 }  // namespace
 
-std::string PromptCacheStore::Key(const std::string& model, std::span<const int32_t> tokens) {
-  return model + '\n' + TokensText(tokens);
+Status PromptCacheStore::Impl::IndexDirectory(StoreOpenReport& report) {
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
+  std::unordered_map<std::string, ManifestEntry> listed;
+  if (auto m = env->OpenReadable(Path("MANIFEST")); m.ok()) listed = ReadManifest((*m)->data());
+  for (const std::string& name : names) {
+    if (name.find(".kvtmp-") != std::string::npos) {
+      (void)env->RemoveFile(Path(name));  // we own the directory: no live writer
+      continue;
+    }
+    if (!name.ends_with(kStoreFileSuffix)) continue;
+    auto drop = [&](const std::string& why) {
+      report.dropped.push_back(name + ": " + why);
+      (void)env->RemoveFile(Path(name));
+    };
+    if (auto it = listed.find(name); it != listed.end()) {
+      const ManifestEntry& m = it->second;
+      Result<uint64_t> size = env->GetFileSize(Path(name));
+      if (size.ok() && static_cast<int64_t>(*size) == m.bytes && StoreFileName(m.key.model, m.key.tokens) == name) {
+        Add({name, m.key, m.bytes});
+        ++report.entries;
+        ++report.from_manifest;
+        continue;
+      }
+      ++report.manifest_ignored;
+    }
+    Result<ScannedFile> scanned = ScanFile(env, Path(name));
+    if (!scanned.ok() && scanned.status().code() == StatusCode::kIOError) {
+      report.dropped.push_back(name + ": " + scanned.status().ToString() + " (left in place)");
+      continue;  // maybe transient: a later Open may index it
+    }
+    if (!scanned.ok()) {
+      drop(scanned.status().ToString());
+      continue;
+    }
+    const std::string expected = StoreFileName(scanned->key.model, scanned->key.tokens);
+    if (expected != name) {
+      drop("holds the key of " + expected);
+      ++mismatched_dropped;
+      continue;
+    }
+    Add({name, std::move(scanned->key), scanned->bytes});
+    ++report.entries;
+  }
+  // Compact the manifest: one "+" line per entry, least recently used first.
+  // (Open runs this before the store is shared: no lock needed.)
+  KV_ASSIGN_OR_RETURN(manifest, env->NewWritableFile(Path("MANIFEST")));
+  index.ForEach([&](const StoreIndex::Entry& e) {
+    LogLocked(ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens));
+  });
+  EvictLocked();
+  return Status::OK();
 }
 
-PromptCacheStore::PromptCacheStore(Env* env, std::string dir, PromptCacheStoreOptions options,
-                                   std::unique_ptr<FileLock> lock)
-    : env_(env), dir_(std::move(dir)), options_(options), lock_(std::move(lock)) {}
+PromptCacheStore::PromptCacheStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 PromptCacheStore::~PromptCacheStore() = default;
 
@@ -122,150 +154,77 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
   KV_RETURN_IF_ERROR(env->CreateDir(dir));
   Result<std::unique_ptr<FileLock>> lock = env->LockFile(dir + "/LOCK");
   if (!lock.ok()) return lock.status().WithPrefix("prompt-cache store " + dir);
-  std::unique_ptr<PromptCacheStore> store(new PromptCacheStore(env, dir, options, std::move(lock).value()));
-  KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
+  auto impl = std::make_unique<Impl>();
+  impl->env = env;
+  impl->dir = dir;
+  impl->options = options;
+  impl->lock = std::move(lock).value();
   StoreOpenReport local;
-  StoreOpenReport& r = report ? *report : local;
-  std::map<std::string, ManifestEntry> manifest;
-  if (auto m = env->OpenReadable(dir + "/MANIFEST"); m.ok()) manifest = ReadManifest((*m)->data());
-  for (const std::string& name : names) {
-    const std::string path = dir + "/" + name;
-    if (name.find(".kvtmp-") != std::string::npos) {
-      (void)env->RemoveFile(path);  // we own the directory: no live writer
-      continue;
-    }
-    if (!EndsWith(name, kSuffix)) continue;
-    auto drop = [&](const std::string& why) {
-      r.dropped.push_back(name + ": " + why);
-      (void)env->RemoveFile(path);
-    };
-    // Listed in the manifest with the same size: index without reading it
-    // (served files are verified anyway).
-    if (auto it = manifest.find(name); it != manifest.end()) {
-      Result<uint64_t> size = env->GetFileSize(path);
-      if (size.ok() && static_cast<int64_t>(*size) == it->second.bytes) {
-        store->bytes_ += it->second.bytes;
-        store->index_[Key(it->second.model, it->second.tokens)] = Entry{name, it->second.bytes, store->clock_++};
-        ++r.entries;
-        ++r.from_manifest;
-        continue;
-      }
-    }
-    Result<PromptCacheInfo> info = ReadPromptCacheInfo(env, path);
-    if (!info.ok()) {
-      drop(std::string(info.status().ToString()));
-      continue;
-    }
-    std::optional<std::string> model;
-    std::optional<std::vector<int32_t>> tokens;
-    for (const auto& [k, v] : info->user_metadata) {
-      if (k == kModelKey) model = v;
-      if (k == kTokensKey) tokens = ParseTokens(v);
-    }
-    if (!model || !tokens || !info->has_digests) {
-      drop("not a store entry (no model/tokens keys or no digests)");
-      continue;
-    }
-    Entry e{name, static_cast<int64_t>(info->file_bytes), store->clock_++};
-    store->bytes_ += e.bytes;
-    store->index_[Key(*model, *tokens)] = e;
-    ++r.entries;
-  }
-  std::lock_guard<std::mutex> l(store->mu_);
-  // Compact the manifest: one "+" line per indexed entry, then append.
-  KV_ASSIGN_OR_RETURN(store->manifest_, env->NewWritableFile(dir + "/MANIFEST"));
-  for (const auto& [key, e] : store->index_) {
-    const size_t nl = key.find('\n');
-    auto tokens = ParseTokens(std::string_view(key).substr(nl + 1));
-    store->LogLocked('+', e.file, key.substr(0, nl), tokens ? *tokens : std::vector<int32_t>{}, e.bytes);
-  }
-  store->EvictLocked();
-  return store;
+  KV_RETURN_IF_ERROR(impl->IndexDirectory(report ? *report : local));
+  return std::unique_ptr<PromptCacheStore>(new PromptCacheStore(std::move(impl)));
 }
 
 Status PromptCacheStore::Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache) {
-  const std::string key = Key(model, tokens);
-  const std::string name = Sha256(std::string_view(key)).ToHex().substr(0, 16) + kSuffix;
-  KV_RETURN_IF_ERROR(SavePromptCache(env_, dir_ + "/" + name, cache,
-                                     {{kModelKey, model}, {kTokensKey, TokensText(tokens)}}));
-  KV_ASSIGN_OR_RETURN(uint64_t size, env_->GetFileSize(dir_ + "/" + name));
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = index_.find(key);
-  if (it != index_.end()) bytes_ -= it->second.bytes;
-  index_[key] = Entry{name, static_cast<int64_t>(size), clock_++};
-  bytes_ += static_cast<int64_t>(size);
-  LogLocked('+', name, model, tokens, static_cast<int64_t>(size));
-  EvictLocked();
+  if (tokens.empty()) return Status::InvalidArgument("PromptCacheStore: empty token key");
+  const std::string file = StoreFileName(model, tokens);
+  KV_RETURN_IF_ERROR(SavePromptCache(impl_->env, impl_->Path(file), cache, StoreKeyMetadata(model, tokens)));
+  KV_ASSIGN_OR_RETURN(uint64_t size, impl_->env->GetFileSize(impl_->Path(file)));
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},
+                    static_cast<int64_t>(size)});
+  impl_->EvictLocked();
   return Status::OK();
 }
 
-void PromptCacheStore::EvictLocked() {
-  while (bytes_ > options_.max_bytes && !index_.empty()) {
-    auto victim = index_.begin();
-    for (auto it = index_.begin(); it != index_.end(); ++it) {
-      if (it->second.last_use < victim->second.last_use) victim = it;
-    }
-    (void)env_->RemoveFile(dir_ + "/" + victim->second.file);
-    LogLocked('-', victim->second.file, "", {}, 0);
-    bytes_ -= victim->second.bytes;
-    index_.erase(victim);
-  }
-}
-
-void PromptCacheStore::LogLocked(char op, const std::string& file, const std::string& model,
-                                 std::span<const int32_t> tokens, int64_t bytes) {
-  if (manifest_ == nullptr) return;
-  std::string line = op == '+' ? "+ " + file + " " + std::to_string(bytes) + " " + Hex(model) + " " +
-                                     (tokens.empty() ? std::string("-") : TokensText(tokens)) + "\n"
-                               : "- " + file + "\n";
-  // The manifest is a hint: a failed append only costs a slower next start.
-  if (manifest_->Append(std::as_bytes(std::span(line))).ok()) (void)manifest_->Sync();
-}
-
-Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(
-    const std::string& model, std::span<const int32_t> tokens) {
-  for (size_t len = tokens.size(); len >= 1; --len) {
-    const std::string key = Key(model, tokens.first(len));
+Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const std::string& model,
+                                                                                  std::span<const int32_t> tokens) {
+  const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
+  // Each failed candidate lowers max_len, so the whole search is O(prompt).
+  for (size_t max_len = tokens.size(); max_len >= 1;) {
     std::string file;
+    uint64_t generation = 0;
+    size_t length = 0;
     {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = index_.find(key);
-      if (it == index_.end()) continue;
-      it->second.last_use = clock_++;
-      file = it->second.file;
+      std::lock_guard<std::mutex> l(impl_->mu);
+      const StoreIndex::Entry* e = impl_->index.FindLongestPrefix(model, tokens, hashes, max_len);
+      if (e == nullptr) break;
+      file = e->file;
+      generation = e->generation;
+      length = e->key.tokens.size();
     }
+    max_len = length - 1;
     LoadPromptCacheOptions options;
     options.verify = true;
-    Result<LoadedPromptCache> loaded = LoadPromptCache(env_, dir_ + "/" + file, options);
-    if (!loaded.ok()) {
-      // A bad file is a miss, never wrong KV: forget it and keep looking.
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = index_.find(key);
-      if (it != index_.end() && it->second.file == file) {
-        bytes_ -= it->second.bytes;
-        index_.erase(it);
-        (void)env_->RemoveFile(dir_ + "/" + file);
-        LogLocked('-', file, "", {}, 0);
-        ++corrupt_dropped_;
-      }
+    Result<LoadedPromptCache> loaded = LoadPromptCache(impl_->env, impl_->Path(file), options);
+    if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) continue;  // maybe transient: keep it
+    if (!loaded.ok() || !loaded->verified) {
+      impl_->Drop(file, generation, impl_->corrupt_dropped);
       continue;
     }
-    return std::optional<Hit>(Hit{std::move(loaded->cache), static_cast<int64_t>(len)});
+    if (!HoldsKey(loaded->user_metadata, model, tokens.first(length))) {
+      impl_->Drop(file, generation, impl_->mismatched_dropped);
+      continue;
+    }
+    return std::optional<Hit>(Hit{std::move(loaded->cache), static_cast<int64_t>(length)});
   }
   return std::optional<Hit>();
 }
 
 int64_t PromptCacheStore::entries() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return static_cast<int64_t>(index_.size());
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return static_cast<int64_t>(impl_->index.size());
 }
 int64_t PromptCacheStore::bytes() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return bytes_;
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->index.bytes();
 }
 int64_t PromptCacheStore::corrupt_dropped() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return corrupt_dropped_;
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->corrupt_dropped;
+}
+int64_t PromptCacheStore::mismatched_dropped() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->mismatched_dropped;
 }
 
 }  // namespace kvstore

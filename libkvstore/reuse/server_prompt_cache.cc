@@ -1,21 +1,11 @@
 #include "kvstore/server_prompt_cache.h"
 
+#include "libkvstore/reuse/prefix_hash.h"
+
 namespace kvstore {
 
 ServerPromptCache::ServerPromptCache(const ServerPromptCacheOptions& options, PromptCacheStore* store)
     : options_(options), store_(store) {}
-
-uint64_t ServerPromptCache::HashStep(uint64_t h, int32_t token) {
-  h ^= static_cast<uint32_t>(token);
-  h *= 0x100000001b3ull;  // FNV-1a over 32-bit tokens
-  return h ^ (h >> 29);
-}
-
-uint64_t ServerPromptCache::ModelHash(const std::string& model) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : model) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 // Copies (copy-on-write) and, for an exact match, trims the one token that
 // must be left to process; a layer that cannot trim makes it a miss.
@@ -38,9 +28,7 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(std::shar
 
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const std::string& model,
                                                                        std::span<const int32_t> tokens) {
-  std::vector<uint64_t> prefix_hash(tokens.size() + 1);
-  prefix_hash[0] = ModelHash(model);
-  for (size_t i = 0; i < tokens.size(); ++i) prefix_hash[i + 1] = HashStep(prefix_hash[i], tokens[i]);
+  const std::vector<uint64_t> prefix_hash = PrefixHashes(model, tokens);
   std::shared_ptr<const PromptCache> found;
   int64_t length = 0;
   {
@@ -81,8 +69,7 @@ Status ServerPromptCache::Insert(const std::string& model, std::span<const int32
     KV_ASSIGN_OR_RETURN(int64_t b, layer->Nbytes());
     bytes += b;
   }
-  uint64_t h = ModelHash(model);
-  for (int32_t t : tokens) h = HashStep(h, t);
+  const uint64_t h = KeyHash(model, tokens);
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = entries_.find(h);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # prompt_cache_sim under ctest: a short run, a SIGKILLed run recovered on
-# the same store, a corrupted store file, and a second owner refused.
+# the same store, a corrupted store file, a second owner refused, and store
+# files or manifest lines that disagree with their keys.
 #   sim_test.sh SIM short      a short run (also run under TSan)
 #   sim_test.sh SIM recovery   SIGKILL + restart, manifest, corruption, second owner
+#   sim_test.sh SIM faults     edited manifest tokens, a renamed file, swapped files
 set -uo pipefail
 sim=$1 mode=${2:-short}
 dir=$(mktemp -d)
@@ -23,6 +25,71 @@ if [[ $mode == short ]]; then
   exit 0
 fi
 
+# Live manifest entries whose file exists: "file bytes token_count tokens", sorted.
+entries() {
+  awk '$1 == "+" { e[$2] = $3 " " $5 } $1 == "-" { delete e[$2] } END { for (f in e) print f, e[f] }' "$1/MANIFEST" |
+    while read -r f b t; do [[ -f $1/$f ]] && echo "$f $b $(awk -F, '{ print NF }' <<< "$t") $t"; done | sort
+}
+# set_field STORE FILE FIELD VALUE: sets a field of FILE's "+" lines in the manifest.
+set_field() {
+  awk -v f="$2" -v i="$3" -v v="$4" '$1 == "+" && $2 == f { $i = v } { print }' "$1/MANIFEST" > "$1/MANIFEST.new" &&
+    mv "$1/MANIFEST.new" "$1/MANIFEST"
+}
+swap() { mv "$1" "$1.swap" && mv "$2" "$1" && mv "$1.swap" "$2"; }
+# fault NAME: a fresh copy of the base store in $dir/NAME.
+fault() { rm -rf "${dir:?}/$1" && cp -r "$dir/base" "$dir/$1"; }
+# run NAME: the base run's traffic again (same seed, one thread) on $dir/NAME.
+run() {
+  "$sim" --threads 1 --requests 100 --store "$dir/$1" --max-entries 8 --seed 5 > "$dir/$1.out" ||
+    fail "$1: run exited non-zero: $(cat "$dir/$1.out")"
+  check "$dir/$1.out"
+}
+
+if [[ $mode == faults ]]; then
+  "$sim" --threads 1 --requests 100 --store "$dir/base" --max-entries 8 --seed 5 > "$dir/base.out" || fail "base run"
+  mapfile -t systems < <(entries "$dir/base" | awk '$3 == 48')  # the shared system prompts
+  ((${#systems[@]} >= 2)) || { echo "FAIL: ${#systems[@]} system-prompt entries in the base store"; exit 1; }
+  read -r s1_file s1_bytes _ s1_tokens <<< "${systems[0]}"
+  read -r s2_file s2_bytes _ _ <<< "${systems[1]}"
+
+  # Edited manifest: a longer entry's line claims the first system prompt's
+  # tokens, whose own file is gone. The line is ignored, the file read.
+  fault edited
+  read -r long_file _ < <(entries "$dir/edited" | awk -v p="$s1_tokens," '$3 > 48 && index($4, p) == 1')
+  [[ -n $long_file ]] || fail "edited: no entry extends the system prompt"
+  rm "$dir/edited/$s1_file"
+  set_field "$dir/edited" "$long_file" 5 "$s1_tokens"
+  run edited
+  grep -Eq ' [1-9][0-9]* manifest lines ignored' "$dir/edited.out" || fail "edited: line not ignored: $(head -1 "$dir/edited.out")"
+
+  # A file renamed to a name its key does not give: dropped at open.
+  fault renamed
+  mv "$dir/renamed/$s1_file" "$dir/renamed/00000000deadbeef.safetensors"
+  run renamed
+  grep -q '^  dropped 00000000deadbeef.safetensors: ' "$dir/renamed.out" || fail "renamed: not dropped: $(head -3 "$dir/renamed.out")"
+
+  # Two entries' files exchanged, the manifest sizes made to agree: caught
+  # when loaded, counted, never served.
+  fault swapped
+  swap "$dir/swapped/$s1_file" "$dir/swapped/$s2_file"
+  set_field "$dir/swapped" "$s1_file" 3 "$s2_bytes"
+  set_field "$dir/swapped" "$s2_file" 3 "$s1_bytes"
+  run swapped
+  grep -Eq ' [1-9][0-9]* mismatched dropped' "$dir/swapped.out" || fail "swapped: not counted: $(grep '^disk' "$dir/swapped.out")"
+
+  # The same exchange without a manifest: both names disagree at open.
+  fault swapped_scan
+  swap "$dir/swapped_scan/$s1_file" "$dir/swapped_scan/$s2_file"
+  rm "$dir/swapped_scan/MANIFEST"
+  run swapped_scan
+  grep -q "^  dropped $s1_file: " "$dir/swapped_scan.out" && grep -q "^  dropped $s2_file: " "$dir/swapped_scan.out" ||
+    fail "swapped_scan: not both dropped: $(head -4 "$dir/swapped_scan.out")"
+
+  if ((failures)); then echo "$failures failures"; exit 1; fi
+  echo "prompt_cache_sim fault cases passed"
+  exit 0
+fi
+
 # Killed mid-run, then restarted on the same store directory.
 "$sim" --threads 2 --requests 100000 --store "$dir/store" --max-entries 8 --seed 2 > "$dir/killed.out" &
 pid=$!
@@ -35,13 +102,14 @@ grep -q 'disk [1-9]' "$dir/recovered.out" || fail "no disk hits after recovery: 
 
 # After a clean run the manifest indexes the entries without reading them.
 "$sim" --threads 1 --requests 5 --store "$dir/store" --max-entries 8 --seed 4 > "$dir/manifest.out" || fail "manifest run"
-grep -Eq '\(([1-9][0-9]*) from the manifest\)' "$dir/manifest.out" || fail "manifest not used: $(head -1 "$dir/manifest.out")"
+grep -Eq '\(([1-9][0-9]*) from the manifest, 0 manifest lines ignored\)' "$dir/manifest.out" || fail "manifest not used: $(head -1 "$dir/manifest.out")"
 
 # A corrupted entry is dropped or refused, never served.
-victim=$(ls "$dir/store"/*.safetensors | head -1)
-size=$(stat -c %s "$victim")
-printf '\x55' | dd of="$victim" bs=1 seek=$((size - 7)) conv=notrunc status=none
-head -c 100 "$(ls "$dir/store"/*.safetensors | tail -1)" > "$dir/store/truncated.safetensors"
+files=("$dir/store"/*.safetensors)
+((${#files[@]} >= 2)) || fail "${#files[@]} store files after the manifest run"
+size=$(stat -c %s "${files[0]}")
+printf '\x55' | dd of="${files[0]}" bs=1 seek=$((size - 7)) conv=notrunc status=none
+head -c 100 "${files[-1]}" > "$dir/store/truncated.safetensors"
 "$sim" --threads 2 --requests 200 --store "$dir/store" --max-entries 8 --seed 2 > "$dir/corrupt.out" ||
   fail "run over a corrupted store exited non-zero: $(cat "$dir/corrupt.out")"
 check "$dir/corrupt.out"

@@ -3,8 +3,12 @@
 // Exit status 0 only when every trace passes.
 //
 //   trace_replay [-v] <trace dir>...   a dir holding trace.json, or a folder of such dirs
+//                                      (every trace its index.json lists, and any other)
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,21 +16,42 @@
 
 namespace {
 
-// Expands folders of traces into trace directories (sorted).
+// The trace names a folder's index.json lists (FORMAT.md), or an error.
+kvstore::Result<std::vector<std::string>> IndexedTraces(const std::filesystem::path& index) {
+  std::ifstream in(index, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  KV_ASSIGN_OR_RETURN(kvstore::Json json, kvstore::Json::Parse(ss.str()));
+  const kvstore::Json* traces = json.Find("traces");
+  if (traces == nullptr || !traces->is_array()) return kvstore::Status::Corruption("no \"traces\" list");
+  std::vector<std::string> names;
+  for (const kvstore::Json& t : traces->as_array()) {
+    const kvstore::Json* name = t.Find("name");
+    if (name == nullptr || !name->is_string()) return kvstore::Status::Corruption("a trace without a name");
+    names.push_back(name->as_string());
+  }
+  return names;
+}
+
+// Expands folders of traces into trace directories (sorted). A folder with
+// an index.json yields every trace it lists, so that a listed trace that is
+// missing fails to load instead of going unnoticed.
 std::vector<std::string> TraceDirs(const std::string& arg) {
   namespace fs = std::filesystem;
-  std::vector<std::string> out;
   std::error_code ec;
-  if (fs::exists(fs::path(arg) / "trace.json", ec)) {
-    out.push_back(arg);
-    return out;
-  }
+  if (fs::exists(fs::path(arg) / "trace.json", ec)) return {arg};
+  std::set<std::string> out;
   for (const auto& entry : fs::directory_iterator(arg, ec)) {
-    if (fs::exists(entry.path() / "trace.json", ec)) out.push_back(entry.path().string());
+    if (fs::exists(entry.path() / "trace.json", ec)) out.insert(entry.path().string());
   }
-  std::sort(out.begin(), out.end());
-  if (out.empty()) out.push_back(arg);  // reported as a failure to load
-  return out;
+  const fs::path index = fs::path(arg) / "index.json";
+  if (fs::exists(index, ec)) {
+    kvstore::Result<std::vector<std::string>> listed = IndexedTraces(index);
+    if (!listed.ok()) return {index.string()};  // reported as a failure to load
+    for (const std::string& name : *listed) out.insert((fs::path(arg) / name).string());
+  }
+  if (out.empty()) return {arg};  // reported as a failure to load
+  return std::vector<std::string>(out.begin(), out.end());
 }
 
 }  // namespace

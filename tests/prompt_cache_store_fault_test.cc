@@ -1,0 +1,106 @@
+// PromptCacheStore never serves KV of another key, whatever was done to
+// its files or manifest: edited manifest lines, renamed, moved or swapped
+// files are misses, counted and dropped.
+#include "kvstore/prompt_cache_store.h"
+
+#include "prompt_cache_store_testutil.h"
+
+namespace kvstore {
+namespace {
+
+using PromptCacheStoreTest = ::kvstore::testing::PromptCacheStoreTest;
+
+// MANIFEST line "1,2,3" edited to "9": [9,10] must not get the [1,2,3] cache.
+TEST_F(PromptCacheStoreTest, EditedManifestTokensAreNotTrusted) {
+  PutAll({{{1, 2, 3}, 7}});
+  std::string manifest = Manifest();
+  const size_t at = manifest.find(" 1,2,3\n");
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at, 7, " 9\n");
+  SetManifest(manifest);
+
+  StoreOpenReport report;
+  std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+  EXPECT_EQ(report.manifest_ignored, 1);
+  EXPECT_EQ(report.from_manifest, 0);
+  EXPECT_EQ(Fetch(*store, {9, 10}), -1);
+  // The file itself is sound: it is indexed from its header and still served.
+  std::string got;
+  EXPECT_EQ(Fetch(*store, {1, 2, 3, 4}, &got), 3);
+  EXPECT_EQ(got, Want(3, 7));
+  EXPECT_EQ(store->mismatched_dropped(), 0);
+}
+
+// A file renamed to a name its key does not give is dropped at open.
+TEST_F(PromptCacheStoreTest, RenamedFileIsDropped) {
+  PutAll({{{1, 2, 3}, 7}});
+  Rename(FileOf({1, 2, 3}), "0123456789abcdef.safetensors");
+
+  StoreOpenReport report;
+  std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+  ASSERT_EQ(report.dropped.size(), 1u);
+  EXPECT_THAT(report.dropped[0], ::testing::StartsWith("0123456789abcdef.safetensors: holds the key of "));
+  EXPECT_EQ(store->mismatched_dropped(), 1);
+  EXPECT_EQ(store->entries(), 0);
+  EXPECT_EQ(Fetch(*store, {1, 2, 3, 4}), -1);
+  EXPECT_FALSE(env_->FileExists(Path("0123456789abcdef.safetensors")));
+}
+
+// One entry's file moved over another's (same size, so the manifest line
+// is used): the file's own key disagrees with the one asked for.
+TEST_F(PromptCacheStoreTest, FileMovedOverAnotherEntryIsNotServed) {
+  PutAll({{{1, 2, 3}, 7}, {{4, 5, 6}, 8}});
+  const std::string a = FileOf({1, 2, 3}), b = FileOf({4, 5, 6});
+  ASSERT_OK(env_->RemoveFile(Path(b)));
+  Rename(a, b);
+
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  EXPECT_EQ(Fetch(*store, {4, 5, 6, 7}), -1);
+  EXPECT_EQ(store->mismatched_dropped(), 1);
+  EXPECT_EQ(store->corrupt_dropped(), 0);
+  EXPECT_EQ(store->entries(), 0);
+  EXPECT_FALSE(env_->FileExists(Path(b)));
+}
+
+// Two entries' files exchanged, manifest intact: caught when loaded.
+TEST_F(PromptCacheStoreTest, SwappedFilesAreNotServed) {
+  PutAll({{{1, 2, 3}, 7}, {{4, 5, 6}, 8}});
+  Swap(FileOf({1, 2, 3}), FileOf({4, 5, 6}));
+
+  StoreOpenReport report;
+  std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+  EXPECT_EQ(report.from_manifest, 2);
+  EXPECT_EQ(Fetch(*store, {1, 2, 3, 9}), -1);
+  EXPECT_EQ(Fetch(*store, {4, 5, 6, 9}), -1);
+  EXPECT_EQ(store->mismatched_dropped(), 2);
+  EXPECT_EQ(store->entries(), 0);
+}
+
+// Exchanged files without a manifest: caught by their names at open.
+TEST_F(PromptCacheStoreTest, SwappedFilesWithoutManifestAreDroppedAtOpen) {
+  PutAll({{{1, 2, 3}, 7}, {{4, 5, 6}, 8}});
+  Swap(FileOf({1, 2, 3}), FileOf({4, 5, 6}));
+  ASSERT_OK(env_->RemoveFile(Path("MANIFEST")));
+
+  StoreOpenReport report;
+  std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+  EXPECT_EQ(report.dropped.size(), 2u);
+  EXPECT_EQ(store->mismatched_dropped(), 2);
+  EXPECT_EQ(store->entries(), 0);
+  EXPECT_EQ(Fetch(*store, {1, 2, 3, 9}), -1);
+}
+
+// A bad longer entry is skipped and the next shorter good one served.
+TEST_F(PromptCacheStoreTest, FallsBackToAShorterPrefixPastABadEntry) {
+  PutAll({{{1, 2}, 5}, {{1, 2, 3}, 7}, {{4, 5, 6}, 8}});
+  Swap(FileOf({1, 2, 3}), FileOf({4, 5, 6}));
+
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  std::string got;
+  EXPECT_EQ(Fetch(*store, {1, 2, 3, 9}, &got), 2);
+  EXPECT_EQ(got, Want(2, 5));
+  EXPECT_EQ(store->mismatched_dropped(), 1);
+}
+
+}  // namespace
+}  // namespace kvstore
