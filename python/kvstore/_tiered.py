@@ -140,8 +140,8 @@ class TieredPromptCache:
         with self._lock:
             self._memory.insert(self._memory_key(model), tokens, prompt_cache, nbytes, trimmable, cache_type)
         fingerprint = model_fingerprint(model)
-        if self._writer is None or fingerprint is None:
-            return
+        if self._writer is None or fingerprint is None or len(tokens) == 0:
+            return  # the disk tier serves no empty prefix
         try:
             layers = layers_from_caches(prompt_cache)  # evaluates MLX arrays on this thread
         except Exception as e:
@@ -164,11 +164,13 @@ class TieredPromptCache:
     # ---- the disk tier ----
 
     def disk_stats(self):
-        """{"entries", "bytes", "corrupt_dropped"} of the disk tier, or None without one."""
+        """{"entries", "bytes", "corrupt_dropped", "mismatched_dropped"} of the disk tier,
+        or None without one."""
         if self._disk is None:
             return None
         d = self._disk
-        return {"entries": d.entries, "bytes": d.bytes, "corrupt_dropped": d.corrupt_dropped}
+        return {"entries": d.entries, "bytes": d.bytes, "corrupt_dropped": d.corrupt_dropped,
+                "mismatched_dropped": d.mismatched_dropped}
 
     def flush(self):
         """Wait until every insert so far is on disk."""
@@ -202,7 +204,7 @@ class TieredPromptCache:
     def _fetch_from_disk(self, model, tokens):
         disk = self._disk
         fingerprint = model_fingerprint(model)
-        if disk is None or fingerprint is None:
+        if disk is None or fingerprint is None or len(tokens) == 0:
             return None, tokens
         try:
             hit = disk.fetch(fingerprint, list(tokens))

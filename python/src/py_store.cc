@@ -88,6 +88,7 @@ void RegisterDiskStore(py::module_& m) {
       .def_property_readonly("entries", [](const PyDiskStore& s) { return s.Get()->entries(); })
       .def_property_readonly("bytes", [](const PyDiskStore& s) { return s.Get()->bytes(); })
       .def_property_readonly("corrupt_dropped", [](const PyDiskStore& s) { return s.Get()->corrupt_dropped(); })
+      .def_property_readonly("mismatched_dropped", [](const PyDiskStore& s) { return s.Get()->mismatched_dropped(); })
       .def_property_readonly("open_entries", &PyDiskStore::open_entries)
       .def_property_readonly("open_dropped", &PyDiskStore::dropped);
 }
