@@ -150,6 +150,12 @@ def test_arrays_cache_follows_the_imported_mlx_lm(mlx_cache, mx, tmp_path):
     assert [t.shape for t in layers[0][1][0]] == [tuple(x.shape) for x in cache.state]
     if "mlx-lm-0.31" in getattr(kvstore._kvstore, "LAYOUTS", ()):
         assert _mlx_bridge.layout_for(layers, module=legacy) == "mlx-lm-0.31"
+        out = tmp_path / "legacy.safetensors"
+        kvstore.save(out, layers, layout="mlx-lm-0.31")
+        names = [t["name"] for t in kvstore.inspect(out)["layers"][0]["tensors"]]
+        assert sorted(names) == ["0.0", "0.1"]  # the release's flat slot list
+        (back,) = _mlx_bridge.caches_from_layers(kvstore.load(out).layers, module=legacy)
+        assert [bytes(memoryview(x)) for x in back.state] == [bytes(memoryview(x)) for x in cache.state]
     else:  # this build cannot write the v0.31 layout: refuse rather than write a misread file
         with pytest.raises(kvstore.NotSupportedError, match="ArraysCache"):
             _mlx_bridge.layout_for(layers, module=legacy)
