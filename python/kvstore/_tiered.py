@@ -1,6 +1,5 @@
 """TieredPromptCache: mlx_lm.server's LRUPromptCache with a disk tier behind it."""
 
-import atexit
 import copy
 import json
 import logging
@@ -16,7 +15,6 @@ from .errors import NotSupportedError
 log = logging.getLogger("kvstore")
 
 _INT64_MAX = (1 << 63) - 1
-_live = weakref.WeakSet()
 
 
 def model_fingerprint(model):
@@ -107,7 +105,9 @@ class TieredPromptCache:
         if directory is not None:
             self._disk = _kvstore.DiskStore(os.fspath(directory), min(disk_bytes, _INT64_MAX))
             self._writer = _DiskWriter(self._disk)
-        _live.add(self)
+        # Flushes and closes the disk tier on close(), when the object is collected, or
+        # at interpreter exit, whichever comes first.
+        self._finalizer = weakref.finalize(self, _close_tiers, self._writer, self._disk)
 
     # ---- LRUPromptCache's interface ----
 
@@ -179,14 +179,9 @@ class TieredPromptCache:
 
     def close(self):
         """Flush pending writes and release the directory. Idempotent."""
-        writer, disk = self._writer, self._disk
         self._writer = None
-        if writer is not None:
-            writer.close()
-        if disk is not None:
-            self._disk = None
-            disk.close()
-        _live.discard(self)
+        self._disk = None
+        self._finalizer()
 
     def __enter__(self):
         return self
@@ -216,7 +211,8 @@ class TieredPromptCache:
         return None, tokens
 
 
-@atexit.register
-def _close_all():
-    for cache in list(_live):
-        cache.close()
+def _close_tiers(writer, disk):
+    if writer is not None:
+        writer.close()
+    if disk is not None:
+        disk.close()

@@ -175,6 +175,20 @@ cache.insert_cache(("m", None), [1, 2, 3, 4], [c])
         assert got is not None and rest == [5] and got[0].offset == 4
 
 
+def test_a_collected_cache_flushes_and_releases_its_directory(mlx_cache, mx, tmp_path):
+    import gc
+
+    cache = TieredPromptCache(directory=tmp_path / "store")
+    cache.insert_cache(MODEL, [1, 2, 3], make_cache(mlx_cache, mx, [1, 2, 3], "kv"))
+    with pytest.raises(kvstore.FailedPreconditionError, match="another process|held"):
+        TieredPromptCache(directory=tmp_path / "store")  # one owner at a time
+    del cache
+    gc.collect()
+    with TieredPromptCache(directory=tmp_path / "store") as again:
+        got, rest = again.fetch_nearest_cache(MODEL, [1, 2, 3, 4])
+        assert rest == [4] and got[0].offset == 3
+
+
 class NumpyKVCache:
     """A KVCache-shaped cache over numpy arrays: MLX binds its arrays to one thread."""
 
