@@ -12,7 +12,13 @@ on the same warm input file:
 and the two halves alone (load: the arrays evaluated in MLX memory; save: of caches already
 in MLX memory). It prints the best (minimum) and median wall times and mlx-lm / this. It
 also times kvstore.load (buffers only) of the 1 GiB file against a one-layer file, to
-show that it costs O(header). Needs ../shared/mlx-ref (or KVSTORE_MLX_REF).
+show that it costs O(header). Needs ../shared/mlx-ref (or KVSTORE_MLX_REF) and numpy.
+
+As bench/file_bench.sh does (docs/performance.md): before every timed run the script writes
+TOUCH_GIB GiB of memory (default 3) and syncs dirty pages, and, run as root on a VM that
+reports free pages to its host, delays that reporting to 100 s for its duration (restored at
+exit; KVBENCH_KEEP_VM_SETTINGS=1 leaves it alone): the first write to a page the host took
+back costs microseconds, which would otherwise dominate any run that allocates 1 GiB.
 """
 
 import argparse
@@ -49,8 +55,33 @@ def make_input(path, tokens, layers=32):
     return sum(c.nbytes for c in caches)
 
 
+PAGE_REPORTING = "/sys/module/page_reporting/parameters/min_free_ms"
+
+
+def delay_page_reporting():
+    """Returns the old setting to restore, or None when left alone."""
+    if os.environ.get("KVBENCH_KEEP_VM_SETTINGS") == "1" or not os.access(PAGE_REPORTING, os.W_OK):
+        return None
+    old = open(PAGE_REPORTING).read().strip()
+    with open(PAGE_REPORTING, "w") as f:
+        f.write("100000")
+    print(f"note: free page reporting delayed to 100 s for the run (was {old} ms)")
+    return old
+
+
+def touch_memory():
+    import numpy as np
+
+    gib = float(os.environ.get("TOUCH_GIB", "3"))
+    if gib > 0:
+        block = np.ones(int(gib * 2**30), dtype=np.uint8)  # writes every page
+        del block
+    os.sync()
+
+
 def timed(fn):
     gc.collect()
+    touch_memory()
     start = time.perf_counter()
     fn()
     elapsed = time.perf_counter() - start
@@ -64,6 +95,16 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
+    old_reporting = delay_page_reporting()
+    try:
+        run(args)
+    finally:
+        if old_reporting is not None:
+            with open(PAGE_REPORTING, "w") as f:
+                f.write(old_reporting)
+
+
+def run(args):
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         src, src_kv = os.path.join(d, "in.safetensors"), os.path.join(d, "in-kvstore.safetensors")
         nbytes = make_input(src, args.tokens)

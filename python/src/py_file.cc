@@ -226,6 +226,8 @@ void RegisterFileApi(py::module_& m) {
   m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
         py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,
         py::arg("layout") = "mlx-lm", py::arg("threads") = 0);
+  m.def("is_kvstore_metadata_key", [](const std::string& key) { return IsKvstoreMetadataKey(key); },
+        py::arg("key"), "True for the metadata keys kvstore itself writes (kvstore_format, digests).");
   m.def("inspect", &Inspect, py::arg("path"), py::kw_only(), py::arg("verify") = false);
   m.def("verify", &Verify, py::arg("path"), py::kw_only(), py::arg("threads") = 0);
 }

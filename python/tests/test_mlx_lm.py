@@ -57,6 +57,18 @@ def test_files_mlx_lm_saves_load_in_kvstore_identically(mlx_cache, mx, tmp_path)
         got, got_metadata = load_prompt_cache(out, return_metadata=True)
         assert_same_caches(mx, got, want)
         assert got_metadata == metadata
+        # The same through kvstore's reader (what compressed, verified and ArraysCache files take).
+        assert_same_caches(mx, _mlx_bridge.caches_from_layers(kvstore.load(out).layers), want)
+
+
+def test_plain_files_are_checked_before_mlx_reads_them(mlx_cache, mx, tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    with pytest.raises(kvstore.CorruptionError):
+        load_prompt_cache(bad)
+    out = tmp_path / "ours.safetensors"
+    save_prompt_cache(out, live_caches(mlx_cache, mx)[:3], {"m": "1"})
+    assert load_prompt_cache(out, return_metadata=True)[1] == {"m": "1"}  # digests not user metadata
 
 
 def live_caches(mlx_cache, mx):
