@@ -135,7 +135,8 @@ def run(args):
             "kvstore": ours,
             "kvstore-v": ours_verified,
             "load: mlx-lm": lambda: mx.eval([c.state for c in mlx_cache.load_prompt_cache(src)]),
-            "load: kvstore": lambda: kvstore.mlx_lm.load_prompt_cache(src),
+            "load: kvstore": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src)]),
+            "load: kvstore-v": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src_kv, verify=True)]),
             "save: mlx-lm": lambda: mlx_cache.save_prompt_cache(out, in_memory),
             "save: kvstore": lambda: kvstore.mlx_lm.save_prompt_cache(out, in_memory, integrity=True),
         }

@@ -1,7 +1,5 @@
 // Restores are transactional and hostile-input safe; snapshots have value
 // semantics; decode appends write in place.
-#include <functional>
-
 #include "kvstore/arrays_cache.h"
 #include "kvstore/batch_kv_cache.h"
 #include "kvstore/batch_rotating_kv_cache.h"
@@ -11,32 +9,10 @@
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "kvstore/sha256.h"
-#include "testutil.h"
+#include "cache_testutil.h"
 
-namespace kvstore {
+namespace kvstore::testing {
 namespace {
-
-using ::kvstore::testing::HasCode;
-
-Array KV(int64_t b, int64_t h, int64_t s, int64_t d, uint64_t seed) {
-  return testing::RandomArray(DType::kF16, {b, h, s, d}, seed);
-}
-
-// A printable fingerprint of everything observable about a cache.
-std::string Fingerprint(const Cache& c) {
-  std::string out = std::string(c.class_name()) + "|" + c.meta_state().DebugString() + "|" +
-                    std::to_string(c.offset().value_or(-1)) + "|" + std::to_string(c.Size()) + "|" +
-                    (c.Empty() ? "empty" : "full") + "|";
-  Result<CacheState> s = c.State();
-  std::function<void(const CacheState&)> walk = [&](const CacheState& st) {
-    if (st.is_array()) out += st.array().Describe() + ":" + Sha256(st.array()).ToHex().substr(0, 16) + ";";
-    else if (st.is_none()) out += "None;";
-    else for (const auto& x : st.list()) walk(x);
-  };
-  if (s.ok()) walk(*s);
-  else out += s.status().ToString();
-  return out;
-}
 
 void ExpectRejectedUnchanged(Cache& c, const CacheState& state, std::string_view msg) {
   const std::string before = Fingerprint(c);
@@ -125,13 +101,13 @@ TEST(CacheRestoreTest, CacheFromStateNamesUnknownClassesAndChildren) {
   EXPECT_THAT(CacheFromState("Nope", CacheState(), MetaState()), HasCode(StatusCode::kNotFound, "Nope"));
   const CacheState kv_state({KV(1, 1, 2, 4, 1), KV(1, 1, 2, 4, 2)});
   EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
-                             MetaState({MetaState::Strings({"KVCache", "KVCache"}), MetaState({""})})),
+                             MetaState({MetaState::Strings({"KVCache", "KVCache"}), MetaState::Strings({""})})),
               HasCode(StatusCode::kInvalidArgument, "2 classes"));
   EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
                              MetaState({MetaState::Strings({"RotatingKVCache"}), MetaState({MetaState::Strings({"a"})})})),
               HasCode(StatusCode::kInvalidArgument, "child 0"));
   ASSERT_OK_AND_ASSIGN(auto list, CacheFromState("CacheList", CacheState({kv_state}),
-                                                 MetaState({MetaState::Strings({"KVCache"}), MetaState({""})})));
+                                                 MetaState({MetaState::Strings({"KVCache"}), MetaState::Strings({""})})));
   EXPECT_EQ(list->class_name(), "CacheList");
   EXPECT_EQ(KnownCacheClasses().size(), 10u);
 }
@@ -199,11 +175,11 @@ TEST(BatchCacheTest, MergeExtractRoundTrip) {
   EXPECT_EQ(batch->left_padding().ToVector<int32_t>(), (std::vector<int32_t>{2, 1, 0}));
   for (int i = 0; i < 3; ++i) {
     ASSERT_OK_AND_ASSIGN(auto back, batch->Extract(i));
-    EXPECT_EQ(Fingerprint(*back), Fingerprint(*singles[i])) << i;
+    EXPECT_EQ(StateFingerprint(*back), StateFingerprint(*singles[i])) << i;
   }
   EXPECT_THAT(batch->Extract(3), HasCode(StatusCode::kInvalidArgument, "out of range"));
   EXPECT_THAT(batch->Filter(std::vector<int64_t>{5}), HasCode(StatusCode::kInvalidArgument, "out of range"));
 }
 
 }  // namespace
-}  // namespace kvstore
+}  // namespace kvstore::testing

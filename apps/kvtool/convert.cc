@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
+#include "apps/kvtool/llama.h"
 #include "apps/kvtool/progress.h"
 #include "kvstore/cache_convert.h"
 
@@ -30,6 +31,7 @@ struct ConvertArgs {
   bool no_integrity = false;
   bool quiet = false;
   int threads = 0;
+  std::shared_ptr<LlamaConvertArgs> llama;
 };
 
 // The per-layer transform for --quantize / --dequantize / --dtype.
@@ -75,13 +77,33 @@ std::optional<std::string> ParseTransform(const ConvertArgs& a, LayerTransform& 
   return std::nullopt;
 }
 
+// The flags a llama.cpp conversion uses (apps/kvtool/convert_llama.cc).
+LlamaConvertRequest LlamaRequest(const ConvertArgs& a, const LayerTransform& t, bool transforms) {
+  LlamaConvertRequest r;
+  r.in = a.in;
+  r.out = a.out;
+  r.to = a.to;
+  r.dtype = t.dtype;
+  r.quantize_bits = t.bits;
+  r.dequantize = t.dequantize;
+  if (transforms) r.transform = [t](std::shared_ptr<kvstore::Cache> layer) { return t(std::move(layer)); };
+  r.container_flags = a.compress_flag || a.decompress || !a.codec.empty();
+  r.codec = a.codec == "byteplane" ? kvstore::ZstdCodec::kBytePlane : kvstore::ZstdCodec::kZstd;
+  if (a.compress_flag || !a.codec.empty()) r.compression_level = a.compress.value_or(a.codec == "byteplane" ? 1 : 3);
+  r.integrity = !a.no_integrity;
+  r.integrity_flags = a.integrity || a.no_integrity;
+  r.threads = a.threads;
+  r.quiet = a.quiet;
+  return r;
+}
+
 int RunConvert(ConvertArgs a) {
   if (a.compress_flag && a.decompress) {
     return Fail(kExitUsage, "--compress and --decompress exclude each other");
   }
   if (a.integrity && a.no_integrity) return Fail(kExitUsage, "--integrity and --no-integrity exclude each other");
-  if (!a.to.empty() && a.to != "mlx-lm" && a.to != "mlx-swift-lm") {
-    return Fail(kExitUsage, "--to must be mlx-lm or mlx-swift-lm");
+  if (!a.to.empty() && a.to != "mlx-lm" && a.to != "mlx-swift-lm" && a.to != "llama.cpp") {
+    return Fail(kExitUsage, "--to must be mlx-lm, mlx-swift-lm or llama.cpp");
   }
   if (!a.codec.empty() && a.codec != "zstd" && a.codec != "byteplane") {
     return Fail(kExitUsage, "--codec must be zstd or byteplane");
@@ -90,6 +112,7 @@ int RunConvert(ConvertArgs a) {
   LayerTransform transform;
   if (std::optional<std::string> bad = ParseTransform(a, transform)) return Fail(kExitUsage, *bad);
   const bool transforms = transform.bits != 0 || transform.dequantize || transform.dtype.has_value();
+  if (std::optional<int> code = MaybeRunLlamaConvert(LlamaRequest(a, transform, transforms), *a.llama)) return *code;
 
   auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.in);
   if (!info.ok()) return Fail(info.status());
@@ -156,13 +179,14 @@ Runner RegisterConvert(CLI::App& app) {
   cmd->add_option("--codec", args->codec, "compressed container: zstd (default; zstd -d compatible) or byteplane");
   cmd->add_flag("--integrity", args->integrity, "re-write with SHA-256 digests");
   cmd->add_flag("--no-integrity", args->no_integrity, "re-write without digests");
-  cmd->add_option("--to", args->to, "layout: mlx-lm or mlx-swift-lm (default: the input's)");
+  cmd->add_option("--to", args->to, "layout: mlx-lm, mlx-swift-lm or llama.cpp (default: the input's; mlx-lm for llama.cpp input)");
   cmd->add_option("--quantize", args->quantize, "KVCache layers -> QuantizedKVCache, BITS[:GROUP] (mlx-lm to_quantized)");
   cmd->add_flag("--gpu-rounding", args->gpu_rounding, "quantize with the Metal/CUDA rounding rule");
   cmd->add_flag("--dequantize", args->dequantize, "QuantizedKVCache layers -> KVCache");
   cmd->add_option("--dtype", args->dtype, "convert float tensors to f16, bf16 or f32");
   cmd->add_option("--threads", args->threads, "worker threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress or summary on stderr");
+  args->llama = AddLlamaConvertOptions(cmd);
   cmd->callback([args, cmd] { args->compress_flag = cmd->count("--compress") > 0; });
   return [args, cmd] { return *cmd ? RunConvert(*args) : -1; };
 }

@@ -5,6 +5,7 @@
 
 #include "apps/kvtool/kvtool.h"
 #include "kvstore/prompt_cache_info_json.h"
+#include "apps/kvtool/llama.h"
 
 namespace kvtool {
 namespace {
@@ -53,6 +54,7 @@ struct InspectArgs {
 };
 
 int RunInspect(const InspectArgs& a) {
+  if (IsLlamaStateFile(a.path)) return InspectLlamaState(a.path, a.json, a.verify);
   auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.path);
   if (!info.ok()) return Fail(info.status());
   std::optional<bool> verified;
@@ -110,7 +112,7 @@ int RunInspect(const InspectArgs& a) {
 Runner RegisterInspect(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show what a cache file holds (reads the header only)");
-  cmd->add_option("FILE", args->path, "prompt-cache file (.safetensors, optionally zstd-compressed)")->required();
+  cmd->add_option("FILE", args->path, "prompt-cache file (.safetensors, optionally zstd-compressed) or llama.cpp state file")->required();
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_flag("--tensors", args->tensors, "list every tensor under its layer");
   cmd->add_flag("--verify", args->verify, "also check the SHA-256 digests (reads the tensors)");

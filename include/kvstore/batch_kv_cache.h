@@ -52,8 +52,7 @@ class BatchKVCache : public Cache {
   std::vector<int32_t> left_padding_;
   std::optional<std::vector<int32_t>> right_padding_;
   int64_t idx_ = 0;
-  struct Buffers;
-  std::shared_ptr<Buffers> buffers_;
+  std::shared_ptr<KVBuffers> buffers_;  // never null
 };
 
 }  // namespace kvstore

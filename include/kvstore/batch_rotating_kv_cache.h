@@ -33,8 +33,6 @@ class BatchRotatingKVCache : public Cache {
   Array left_padding() const;
   int64_t max_size() const { return max_size_; }
 
-  struct Buffers;  // opaque: copy-on-write keys/values (libkvstore internal)
-
   int64_t Size() const override;  // min(_offset, max_size)
   bool Empty() const override;
   Result<int64_t> Nbytes() const override;
@@ -49,10 +47,14 @@ class BatchRotatingKVCache : public Cache {
   // A RotatingKVCache(max_size) holding row `index`.
   Result<std::unique_ptr<Cache>> Extract(int64_t index) const override;
   // mlx-lm RotatingKVCache.merge; all inputs must share max_size.
-  static Result<std::unique_ptr<BatchRotatingKVCache>> Merge(
-      std::span<const Cache* const> caches);
+  static Result<std::unique_ptr<BatchRotatingKVCache>> Merge(std::span<const Cache* const> caches);
 
  private:
+  // mlx-lm's _update_concat (S > 1) and _update_in_place (S == 1), called
+  // once the update has been checked.
+  Result<KeysValues> UpdateConcat(const Array& keys, const Array& values);
+  Result<KeysValues> UpdateInPlace(const Array& keys, const Array& values);
+
   int64_t max_size_;
   std::vector<int32_t> offset_;
   std::vector<int32_t> left_padding_;
@@ -60,7 +62,7 @@ class BatchRotatingKVCache : public Cache {
   int64_t idx_ = 0;
   int64_t seq_offset_ = 0;  // mlx-lm's _offset
   bool rotated_ = false;
-  std::shared_ptr<Buffers> buffers_;
+  std::shared_ptr<KVBuffers> buffers_;  // never null
 };
 
 }  // namespace kvstore

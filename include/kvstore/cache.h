@@ -26,10 +26,17 @@
 //     cache copies a buffer before its next write only while a snapshot
 //     still holds it (copy-on-write).
 //
-// Restores are transactional: when SetState, SetMetaState or CacheFromState
-// fails, the cache is exactly as before and the error names the class and
-// the violated rule. Hostile states never crash, abort or allocate absurd
-// amounts: sizes are checked before any allocation.
+// Every mutating call is transactional: when UpdateAndFetch, Trim,
+// SetState, SetMetaState, Prepare, Finalize, Filter, Extend (or a class's
+// own mutator) fails, the cache, and Extend's argument, are exactly as
+// before, and the error names the class and the violated rule. Hostile
+// states never crash, abort or allocate absurd amounts: sizes are checked
+// before any allocation.
+//
+// Dtypes: keys and values must be floats (F16, BF16, F32, F64) and may differ
+// from each other and from the cache's. As in MLX, a write into an existing
+// buffer casts to the buffer's dtype; growing or concatenating a buffer
+// promotes (F16 + BF16 -> F32).
 #ifndef KVSTORE_CACHE_H_
 #define KVSTORE_CACHE_H_
 
@@ -133,6 +140,9 @@ class Cache {
   // NotSupported("<class> has no <member>"), the AttributeError analogue.
   Status Unsupported(std::string_view member) const;
 };
+
+// The keys/values buffers of the attention caches (libkvstore internal).
+class KVBuffers;
 
 // One cache per model layer, as mlx-lm's prompt_cache list. Entries are
 // shared: a CacheList or an LRU entry may hold the same cache object.

@@ -12,6 +12,9 @@ namespace kvstore {
 
 // Children are shared references, as in Python: updating a child through its
 // own handle is visible through the list. Copy() deep-copies the children.
+// An operation applies to every child or to none: it is tried on copies of
+// the children first (upstream stops at the first failing child, leaving the
+// ones before it changed).
 // state = [child state, ...]; meta_state = [[child class names], [child metas]].
 class CacheList : public Cache {
  public:

@@ -10,6 +10,7 @@
 
 namespace kvstore {
 
+// Updates grow and write like KVCache's at position offset - start_position.
 // state = buffers sliced to the absolute offset (upstream quirk, see
 // docs/compat.md); meta_state = [chunk_size, start_position].
 class ChunkedKVCache : public Cache {
@@ -23,7 +24,8 @@ class ChunkedKVCache : public Cache {
 
   Result<KeysValues> UpdateAndFetch(const Array& keys, const Array& values) override;
   // Drops positions older than the last chunk_size (called by the model
-  // before each forward pass, not by UpdateAndFetch).
+  // before each forward pass, not by UpdateAndFetch). InvalidArgument when
+  // chunk_size is None and the cache is not empty.
   Status MaybeTrimFront();
 
   Result<CacheState> State() const override;
@@ -44,8 +46,7 @@ class ChunkedKVCache : public Cache {
   std::optional<int64_t> chunk_size_;
   int64_t start_position_ = 0;
   int64_t offset_ = 0;
-  struct Buffers;
-  std::shared_ptr<Buffers> buffers_;
+  std::shared_ptr<KVBuffers> buffers_;  // never null
 };
 
 }  // namespace kvstore

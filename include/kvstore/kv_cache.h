@@ -19,12 +19,12 @@ class KVCache : public Cache {
  public:
   static constexpr int64_t kStep = 256;
 
-  KVCache() = default;
+  KVCache();
   std::string_view class_name() const override { return "KVCache"; }
   std::unique_ptr<Cache> Copy() const override;
 
   Result<KeysValues> UpdateAndFetch(const Array& keys, const Array& values) override;
-  Result<CacheState> State() const override;       // error when empty
+  Result<CacheState> State() const override;          // error when empty
   Status SetState(const CacheState& state) override;  // [keys, values]; offset = keys.dim(2)
 
   std::optional<int64_t> offset() const override { return offset_; }
@@ -48,17 +48,16 @@ class KVCache : public Cache {
   const Array& values_buffer() const;
 
  private:
-  struct Buffers;
-  std::shared_ptr<Buffers> buffers_;  // copy-on-write shared with snapshots
+  std::shared_ptr<KVBuffers> buffers_;  // never null; owned, shared only with snapshots
   int64_t offset_ = 0;
 };
 
-// mlx-lm's ConcatenateKVCache: every update concatenates onto the arrays.
-// Trim only lowers offset (the arrays are not cut), as upstream does; see
-// docs/compat.md.
+// mlx-lm's ConcatenateKVCache: every update concatenates onto the arrays
+// (promoting mixed float dtypes, as MLX does). Trim only lowers offset (the
+// arrays are not cut), as upstream does; see docs/compat.md.
 class ConcatenateKVCache : public Cache {
  public:
-  ConcatenateKVCache() = default;
+  ConcatenateKVCache();
   std::string_view class_name() const override { return "ConcatenateKVCache"; }
   std::unique_ptr<Cache> Copy() const override;
 
@@ -67,15 +66,14 @@ class ConcatenateKVCache : public Cache {
   Status SetState(const CacheState& state) override;
 
   std::optional<int64_t> offset() const override { return offset_; }
-  bool Empty() const override { return !keys_.defined(); }
+  bool Empty() const override;
   Result<int64_t> Nbytes() const override;
   bool IsTrimmable() const override { return true; }
   Result<int64_t> Trim(int64_t n) override;
   Result<Mask> MakeMask(int64_t n, const MaskOptions& options) const override;
 
  private:
-  Array keys_;
-  Array values_;
+  std::shared_ptr<KVBuffers> buffers_;  // never null; replaced, never written in place
   int64_t offset_ = 0;
 };
 

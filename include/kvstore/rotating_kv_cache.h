@@ -49,8 +49,7 @@ class RotatingKVCache : public Cache {
   int64_t keep_;
   int64_t offset_ = 0;
   int64_t idx_ = 0;
-  struct Buffers;
-  std::shared_ptr<Buffers> buffers_;
+  std::shared_ptr<KVBuffers> buffers_;  // never null
 };
 
 }  // namespace kvstore

@@ -1,7 +1,10 @@
-// ArraysCache and MambaCache (spec §7).
+// ArraysCache and MambaCache: mlx-lm's slot caches for recurrent layers.
 #include "kvstore/arrays_cache.h"
 
 #include <string>
+
+#include "libkvstore/cache/batch_util.h"
+#include "libkvstore/cache/kv_buffers.h"
 
 namespace kvstore {
 
@@ -19,9 +22,23 @@ Array EmptyPlaceholder() { return Array::Zeros(DType::kF32, {0}); }
 // Zeros shaped like `like` with `rows` in axis 0.
 Array ZerosRows(const Array& like, int64_t rows) {
   Shape shape = like.shape();
-  if (shape.empty()) shape.push_back(rows);
-  else shape[0] = rows;
+  if (shape.empty())
+    shape.push_back(rows);
+  else
+    shape[0] = rows;
   return Array::Zeros(like.dtype(), shape);
+}
+
+// The dtype MLX concatenates two slots to: floats promote (F16 + BF16 ->
+// F32), an integer or bool slot with a float slot takes the float. Other
+// mixes are refused.
+Result<DType> ConcatDType(const Array& a, const Array& b) {
+  const DType x = a.dtype(), y = b.dtype();
+  if (x == y) return x;
+  if (IsFloating(x) && IsFloating(y)) return PromoteFloat(x, y);
+  if (IsFloating(x) && IsIntegral(y)) return x;
+  if (IsIntegral(x) && IsFloating(y)) return y;
+  return Bad("extend: " + a.Describe() + " and " + b.Describe() + " do not concatenate");
 }
 
 // Concatenates two optional batch-major arrays along axis 0, filling a
@@ -31,15 +48,14 @@ Result<std::optional<Array>> ExtendOptional(const std::optional<Array>& a, int64
   if (!a && !b) return std::optional<Array>();
   const Array left = a ? *a : ZerosRows(*b, a_batch);
   const Array right = b ? *b : ZerosRows(*a, b_batch);
-  if (left.ndim() != right.ndim() || left.ndim() == 0 || left.dtype() != right.dtype()) {
+  bool fits = left.ndim() == right.ndim() && left.ndim() > 0;
+  for (int d = 1; fits && d < left.ndim(); ++d) fits = left.dim(d) == right.dim(d);
+  if (!fits)
     return Bad("extend: " + left.Describe() + " and " + right.Describe() + " do not concatenate");
-  }
-  for (int d = 1; d < left.ndim(); ++d) {
-    if (left.dim(d) != right.dim(d)) {
-      return Bad("extend: " + left.Describe() + " and " + right.Describe() + " do not concatenate");
-    }
-  }
-  const Array parts[] = {left, right};
+  KV_ASSIGN_OR_RETURN(DType dtype, ConcatDType(left, right));
+  KV_ASSIGN_OR_RETURN(Array l, left.AsType(dtype));
+  KV_ASSIGN_OR_RETURN(Array r, right.AsType(dtype));
+  const Array parts[] = {l, r};
   return std::optional<Array>(Array::Concatenate(parts, 0));
 }
 }  // namespace
@@ -47,26 +63,15 @@ Result<std::optional<Array>> ExtendOptional(const std::optional<Array>& a, int64
 ArraysCache::ArraysCache(size_t size, std::vector<int32_t> left_padding)
     : slots_(std::min(size, kMaxSlots)), left_padding_(Int32Vector(left_padding)) {}
 
-std::unique_ptr<Cache> ArraysCache::Copy() const {
-  // Slot arrays are values: nothing writes into them in place.
-  auto copy = std::make_unique<ArraysCache>(0);
-  copy->slots_ = slots_;
-  copy->left_padding_ = left_padding_;
-  copy->lengths_ = lengths_;
-  return copy;
-}
+// Slot arrays are values: nothing writes into them in place.
+std::unique_ptr<Cache> ArraysCache::Copy() const { return std::make_unique<ArraysCache>(*this); }
 
-std::unique_ptr<Cache> MambaCache::Copy() const {
-  auto copy = std::make_unique<MambaCache>();
-  copy->slots_ = slots_;
-  copy->left_padding_ = left_padding_;
-  copy->lengths_ = lengths_;
-  return copy;
-}
+std::unique_ptr<Cache> MambaCache::Copy() const { return std::make_unique<MambaCache>(*this); }
 
 Status ArraysCache::SetSlot(size_t i, std::optional<Array> value) {
   if (i >= slots_.size()) {
-    return Bad("slot " + std::to_string(i) + " out of range for " + std::to_string(slots_.size()) + " slots");
+    return Bad("slot " + std::to_string(i) + " out of range for " + std::to_string(slots_.size()) +
+               " slots");
   }
   slots_[i] = std::move(value);
   return Status::OK();
@@ -115,9 +120,12 @@ Result<std::vector<std::optional<Array>>> ParseSlots(const CacheState& list) {
   }
   std::vector<std::optional<Array>> slots;
   for (const CacheState& s : list.list()) {
-    if (s.is_none()) slots.emplace_back();
-    else if (s.is_array()) slots.emplace_back(s.array());
-    else return Bad("a slot must be an array or None");
+    if (s.is_none())
+      slots.emplace_back();
+    else if (s.is_array())
+      slots.emplace_back(s.array());
+    else
+      return Bad("a slot must be an array or None");
   }
   return slots;
 }
@@ -179,7 +187,8 @@ Result<Mask> ArraysCache::MakeMask(int64_t n, const MaskOptions&) const {
 }
 
 Status ArraysCache::Prepare(const PrepareArgs& args) {
-  if (!args.lengths) return Bad("prepare needs lengths (upstream converts None to an array and fails)");
+  if (!args.lengths)
+    return Bad("prepare needs lengths (upstream converts None to an array and fails)");
   lengths_ = Array::FromInt32s(*args.lengths);
   return Status::OK();
 }
@@ -245,12 +254,8 @@ Result<std::unique_ptr<Cache>> ArraysCache::Extract(int64_t index) const {
 
 Result<std::unique_ptr<ArraysCache>> ArraysCache::Merge(std::span<const Cache* const> caches) {
   if (caches.empty()) return Bad("merge of no caches");
-  std::vector<const ArraysCache*> in;
-  for (const Cache* c : caches) {
-    auto* a = dynamic_cast<const ArraysCache*>(c);
-    if (a == nullptr) return Bad("merge needs ArraysCache inputs");
-    in.push_back(a);
-  }
+  KV_ASSIGN_OR_RETURN(std::vector<const ArraysCache*> in,
+                      Downcast<ArraysCache>("ArraysCache", "ArraysCache", caches));
   const size_t n = in[0]->slots_.size();
   const int64_t b = static_cast<int64_t>(in.size());
   auto out = std::make_unique<ArraysCache>(n);
@@ -272,15 +277,18 @@ Result<std::unique_ptr<ArraysCache>> ArraysCache::Merge(std::span<const Cache* c
       if (!slot) continue;
       Shape want = first->shape();
       want[0] = 1;
-      if (slot->shape() != want || slot->dtype() != first->dtype()) {
+      if (slot->shape() != want) {
         return Bad("merge: slot " + std::to_string(e) + " of cache " + std::to_string(i) + " is " +
                    slot->Describe() + ", expected one row like " + first->Describe());
       }
-      KV_RETURN_IF_ERROR(merged.Slice(0, i, i + 1).CopyFrom(*slot));
+      // Slice assignment casts to the first cache's dtype, as upstream.
+      KV_ASSIGN_OR_RETURN(Array cast, slot->AsType(first->dtype()));
+      KV_RETURN_IF_ERROR(merged.Slice(0, i, i + 1).CopyFrom(cast));
     }
     out->slots_[e] = merged;
   }
-  if (all_empty) out->left_padding_ = Array::FromInt32s(std::vector<int32_t>(static_cast<size_t>(b), 0));
+  if (all_empty)
+    out->left_padding_ = Array::FromInt32s(std::vector<int32_t>(static_cast<size_t>(b), 0));
   return out;
 }
 

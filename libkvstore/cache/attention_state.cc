@@ -1,5 +1,6 @@
 #include "libkvstore/cache/attention_state.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -23,6 +24,10 @@ Status CheckKeysValuesUpdate(std::string_view cls, const Array& keys, const Arra
                           " disagree in dimension " + std::to_string(axis));
     }
   }
+  if (!IsFloating(keys.dtype()) || !IsFloating(values.dtype())) {
+    return Bad(cls, "keys and values must be F16, BF16, F32 or F64, got " + keys.Describe() +
+                        " and " + values.Describe());
+  }
   return Status::OK();
 }
 
@@ -36,12 +41,12 @@ Status CheckKeysValuesState(std::string_view cls, const CacheState& state) {
   }
   const Array& k = state[0].array();
   const Array& v = state[1].array();
-  KV_RETURN_IF_ERROR(CheckKeysValuesUpdate(cls, k, v));
-  if (!IsFloating(k.dtype()) || !IsFloating(v.dtype())) {
-    return Bad(cls, "state arrays must be F16, BF16, F32 or F64, got " + k.Describe() + " and " +
-                        v.Describe());
-  }
-  return Status::OK();
+  return CheckKeysValuesUpdate(cls, k, v);
+}
+
+Result<int64_t> TrimCount(std::string_view cls, int64_t n, int64_t available) {
+  if (n < 0) return Bad(cls, "trim by a negative count " + std::to_string(n));
+  return std::max<int64_t>(0, std::min(n, available));
 }
 
 Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const MetaState& meta) {
@@ -49,8 +54,10 @@ Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const
     return Bad(cls, "meta_state field " + std::string(field) + " is not a string");
   }
   std::string_view s = meta.str();
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n'))
+    s.remove_suffix(1);
   if (!s.empty() && s.front() == '+') s.remove_prefix(1);
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -59,6 +66,21 @@ Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const
                         "\" is not an integer");
   }
   return v;
+}
+
+Result<std::vector<int64_t>> ParseMetaInts(std::string_view cls, const MetaState& meta,
+                                           std::initializer_list<std::string_view> fields) {
+  if (!meta.is_list() || meta.size() != fields.size()) {
+    std::string names;
+    for (std::string_view f : fields) names += (names.empty() ? "" : ", ") + std::string(f);
+    return Bad(cls, "meta_state must be [" + names + "]");
+  }
+  std::vector<int64_t> out;
+  for (std::string_view f : fields) {
+    KV_ASSIGN_OR_RETURN(int64_t v, ParseMetaInt(cls, f, meta[out.size()]));
+    out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace kvstore

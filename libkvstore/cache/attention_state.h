@@ -1,24 +1,36 @@
-// Validation shared by the attention caches' state setters: keys/values
-// pairs of rank-4 arrays [B, H, S, D] that agree in B, H and S.
+// Validation shared by the caches: keys/values pairs of rank-4 float arrays
+// [B, H, S, D] that agree in B, H and S; trim counts; meta_state integers.
 #ifndef KVSTORE_LIBKVSTORE_CACHE_ATTENTION_STATE_H_
 #define KVSTORE_LIBKVSTORE_CACHE_ATTENTION_STATE_H_
 
+#include <initializer_list>
 #include <string_view>
+#include <vector>
 
 #include "kvstore/cache.h"
 
 namespace kvstore {
 
-// `state` must be a list of exactly two arrays (keys, values), rank 4, equal
-// in dims 0..2, with a floating dtype. Errors name `cls` and the rule.
+// keys/values passed to UpdateAndFetch: rank 4, equal in dims 0..2, with a
+// floating dtype. Errors name `cls` and the rule.
+Status CheckKeysValuesUpdate(std::string_view cls, const Array& keys, const Array& values);
+
+// `state` must be a list of exactly two arrays (keys, values) that pass
+// CheckKeysValuesUpdate.
 Status CheckKeysValuesState(std::string_view cls, const CacheState& state);
 
-// keys/values passed to UpdateAndFetch: rank 4, equal in dims 0..2.
-Status CheckKeysValuesUpdate(std::string_view cls, const Array& keys, const Array& values);
+// The count trim(n) removes from `available` positions: min(n, available),
+// never negative. InvalidArgument naming `cls` for a negative n.
+Result<int64_t> TrimCount(std::string_view cls, int64_t n, int64_t available);
 
 // Parses a meta_state integer the way Python's int() does for the strings
 // mlx-lm writes: optional sign, decimal digits, surrounding whitespace.
 Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const MetaState& meta);
+
+// A meta_state that is the list [fields...] of integers (ParseMetaInt each),
+// e.g. RotatingKVCache's [keep, max_size, offset, _idx].
+Result<std::vector<int64_t>> ParseMetaInts(std::string_view cls, const MetaState& meta,
+                                           std::initializer_list<std::string_view> fields);
 
 }  // namespace kvstore
 

@@ -1,6 +1,7 @@
-// CacheList: several caches for one layer (spec §8).
+// CacheList: several caches for one layer, as mlx-lm's CacheList.
 #include "kvstore/cache_list.h"
 
+#include <functional>
 #include <string>
 
 #include "kvstore/arrays_cache.h"
@@ -8,6 +9,7 @@
 #include "kvstore/batch_rotating_kv_cache.h"
 #include "kvstore/kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
+#include "libkvstore/cache/batch_util.h"
 
 namespace kvstore {
 
@@ -15,6 +17,25 @@ namespace {
 constexpr size_t kMaxChildren = 4096;
 
 Status Bad(const std::string& rule) { return Status::InvalidArgument("CacheList: " + rule); }
+
+using ChildOp = std::function<Status(Cache& child, size_t i, bool probe)>;
+
+// Runs `op` on every child, all or nothing. Children may be shared with
+// other owners, so a failure must leave each of them untouched: `op` runs
+// first on copies of children 1..n-1 (probe), then on the children in
+// order. Child 0 is not probed: when it fails, nothing has changed yet, and
+// the others then see the same state their copies had.
+Status ForEachChild(const std::vector<std::shared_ptr<Cache>>& children, const ChildOp& op) {
+  for (size_t i = 1; i < children.size(); ++i) {
+    std::unique_ptr<Cache> copy = children[i]->Copy();
+    KV_RETURN_IF_ERROR(op(*copy, i, true).WithPrefix("CacheList child " + std::to_string(i)));
+  }
+  for (size_t i = 0; i < children.size(); ++i) {
+    KV_RETURN_IF_ERROR(
+        op(*children[i], i, false).WithPrefix("CacheList child " + std::to_string(i)));
+  }
+  return Status::OK();
+}
 
 // type(first).merge(group), as Python dispatches on the first child's class.
 Result<std::unique_ptr<Cache>> MergeLike(const Cache& first, std::span<const Cache* const> group) {
@@ -39,7 +60,8 @@ Result<std::unique_ptr<Cache>> MergeLike(const Cache& first, std::span<const Cac
 }
 }  // namespace
 
-CacheList::CacheList(std::vector<std::shared_ptr<Cache>> children) : children_(std::move(children)) {}
+CacheList::CacheList(std::vector<std::shared_ptr<Cache>> children)
+    : children_(std::move(children)) {}
 
 std::unique_ptr<Cache> CacheList::Copy() const {
   std::vector<std::shared_ptr<Cache>> copies;
@@ -49,24 +71,22 @@ std::unique_ptr<Cache> CacheList::Copy() const {
 
 Result<CacheState> CacheList::State() const {
   CacheState::List out;
+  out.reserve(children_.size());
   for (const auto& c : children_) {
-    KV_ASSIGN_OR_RETURN(CacheState s, c->State());
-    out.push_back(std::move(s));
+    // Moved straight out of the Result: GCC 12 at -O3 reports a
+    // maybe-uninitialized variant for a named intermediate CacheState.
+    Result<CacheState> s = c->State();
+    if (!s.ok()) return s.status();
+    out.push_back(std::move(s).value());
   }
   return CacheState(std::move(out));
 }
 
-// Child setters are applied to copies first, so a failure leaves every
-// child (which other owners may share) untouched.
 Status CacheList::SetState(const CacheState& state) {
   if (!state.is_list()) return Bad("state must be a list of child states");
-  const size_t n = std::min(state.size(), children_.size());
-  for (size_t i = 0; i < n; ++i) {
-    std::unique_ptr<Cache> probe = children_[i]->Copy();
-    KV_RETURN_IF_ERROR(probe->SetState(state[i]).WithPrefix("CacheList child " + std::to_string(i)));
-  }
-  for (size_t i = 0; i < n; ++i) KV_RETURN_IF_ERROR(children_[i]->SetState(state[i]));
-  return Status::OK();
+  return ForEachChild(children_, [&](Cache& c, size_t i, bool) {
+    return i < state.size() ? c.SetState(state[i]) : Status::OK();  // zip() stops at the shorter
+  });
 }
 
 MetaState CacheList::meta_state() const {
@@ -82,16 +102,14 @@ Status CacheList::SetMetaState(const MetaState& meta) {
   if (!meta.is_list() || meta.size() != 2 || !meta[1].is_list()) {
     return Bad("meta_state must be [[class names], [child metas]]");
   }
-  const size_t n = std::min(meta[1].size(), children_.size());
-  for (size_t i = 0; i < n; ++i) {
-    std::unique_ptr<Cache> probe = children_[i]->Copy();
-    KV_RETURN_IF_ERROR(probe->SetMetaState(meta[1][i]).WithPrefix("CacheList child " + std::to_string(i)));
-  }
-  for (size_t i = 0; i < n; ++i) KV_RETURN_IF_ERROR(children_[i]->SetMetaState(meta[1][i]));
-  return Status::OK();
+  const MetaState& metas = meta[1];
+  return ForEachChild(children_, [&](Cache& c, size_t i, bool) {
+    return i < metas.size() ? c.SetMetaState(metas[i]) : Status::OK();
+  });
 }
 
-Result<std::unique_ptr<CacheList>> CacheList::FromState(const CacheState& state, const MetaState& meta) {
+Result<std::unique_ptr<CacheList>> CacheList::FromState(const CacheState& state,
+                                                        const MetaState& meta) {
   if (!state.is_list()) return Bad("state must be a list of child states");
   if (!meta.is_list() || meta.size() != 2 || !meta[0].is_list() || !meta[1].is_list()) {
     return Bad("meta_state must be [[class names], [child metas]]");
@@ -100,7 +118,8 @@ Result<std::unique_ptr<CacheList>> CacheList::FromState(const CacheState& state,
   const MetaState& metas = meta[1];
   if (names.size() != state.size() || metas.size() != state.size()) {
     return Bad("state has " + std::to_string(state.size()) + " children but meta_state names " +
-               std::to_string(names.size()) + " classes and " + std::to_string(metas.size()) + " metas");
+               std::to_string(names.size()) + " classes and " + std::to_string(metas.size()) +
+               " metas");
   }
   if (state.size() > kMaxChildren) return Bad("too many children");
   std::vector<std::shared_ptr<Cache>> children;
@@ -140,34 +159,38 @@ bool CacheList::IsTrimmable() const {
 Result<int64_t> CacheList::Trim(int64_t n) {
   if (children_.empty()) return Bad("trim of a CacheList without children");
   int64_t last = 0;
-  for (const auto& c : children_) {
-    KV_ASSIGN_OR_RETURN(last, c->Trim(n));
-  }
+  KV_RETURN_IF_ERROR(ForEachChild(children_, [&](Cache& c, size_t, bool) {
+    Result<int64_t> trimmed = c.Trim(n);
+    if (trimmed.ok()) last = *trimmed;
+    return trimmed.status();
+  }));
   return last;  // the last child's count, as upstream
 }
 
 Status CacheList::Prepare(const PrepareArgs& args) {
-  for (const auto& c : children_) KV_RETURN_IF_ERROR(c->Prepare(args));
-  return Status::OK();
+  return ForEachChild(children_, [&](Cache& c, size_t, bool) { return c.Prepare(args); });
 }
 
 Status CacheList::Finalize() {
-  for (const auto& c : children_) KV_RETURN_IF_ERROR(c->Finalize());
-  return Status::OK();
+  return ForEachChild(children_, [](Cache& c, size_t, bool) { return c.Finalize(); });
 }
 
 Status CacheList::Filter(std::span<const int64_t> batch_indices) {
-  for (const auto& c : children_) KV_RETURN_IF_ERROR(c->Filter(batch_indices));
-  return Status::OK();
+  return ForEachChild(children_, [&](Cache& c, size_t, bool) { return c.Filter(batch_indices); });
 }
 
+// A probe extends by a copy too: BatchRotatingKVCache reorders its argument.
 Status CacheList::Extend(Cache& other_cache) {
   auto* other = dynamic_cast<CacheList*>(&other_cache);
   if (other == nullptr || other->children_.size() != children_.size()) {
     return Bad("extend needs a CacheList with as many children");
   }
-  for (size_t i = 0; i < children_.size(); ++i) KV_RETURN_IF_ERROR(children_[i]->Extend(*other->children_[i]));
-  return Status::OK();
+  return ForEachChild(children_, [&](Cache& c, size_t i, bool probe) {
+    Cache& theirs = *other->children_[i];
+    if (!probe) return c.Extend(theirs);
+    std::unique_ptr<Cache> copy = theirs.Copy();
+    return c.Extend(*copy);
+  });
 }
 
 Result<std::unique_ptr<Cache>> CacheList::Extract(int64_t index) const {
@@ -181,12 +204,8 @@ Result<std::unique_ptr<Cache>> CacheList::Extract(int64_t index) const {
 
 Result<std::unique_ptr<CacheList>> CacheList::Merge(std::span<const Cache* const> caches) {
   if (caches.empty()) return Bad("merge of no caches");
-  std::vector<const CacheList*> lists;
-  for (const Cache* c : caches) {
-    auto* l = dynamic_cast<const CacheList*>(c);
-    if (l == nullptr) return Bad("merge needs CacheList inputs");
-    lists.push_back(l);
-  }
+  KV_ASSIGN_OR_RETURN(std::vector<const CacheList*> lists,
+                      Downcast<CacheList>("CacheList", "CacheList", caches));
   std::vector<std::shared_ptr<Cache>> merged;
   for (size_t i = 0; i < lists[0]->children_.size(); ++i) {
     std::vector<const Cache*> group;

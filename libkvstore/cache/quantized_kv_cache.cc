@@ -1,10 +1,11 @@
-// QuantizedKVCache (spec §5).
+// QuantizedKVCache: mlx-lm's cache of affine-quantized keys and values.
 #include "kvstore/quantized_kv_cache.h"
 
 #include <string>
 
 #include "kvstore/mask.h"
 #include "libkvstore/cache/attention_state.h"
+#include "libkvstore/cache/kv_buffers.h"
 #include "libkvstore/cache/quantized_buffers.h"
 
 namespace kvstore {
@@ -22,16 +23,49 @@ QuantizedArray Sliced(const std::array<CowBuffer, 3>& parts, int64_t stop, bool 
   return QuantizedArray{get(parts[0]), get(parts[1]), get(parts[2])};
 }
 
-Array Zeros(const Array& like, int64_t rows, int64_t width, DType dtype) {
-  return Array::Zeros(dtype, {like.dim(0), like.dim(1), rows, width});
+// A zero triple of `rows` positions for a head dim of `dim`: packed words
+// dim / (32 / bits) wide (mlx-lm's width, see docs/compat.md), scales and
+// biases of `scale_dtype`.
+QuantizedArray ZeroTriple(const Array& like, int64_t rows, int64_t dim, int bits, int group_size,
+                          DType scale_dtype) {
+  const Shape packed = {like.dim(0), like.dim(1), rows, dim / (32 / bits)};
+  const Shape groups = {like.dim(0), like.dim(1), rows, dim / group_size};
+  return QuantizedArray{Array::Zeros(DType::kU32, packed), Array::Zeros(scale_dtype, groups),
+                        Array::Zeros(scale_dtype, groups)};
 }
 
-// Grows one part: cut to `prev` when unaligned, then append `rows` zero rows.
-void GrowPart(CowBuffer& part, int64_t prev, int64_t rows) {
-  const Array& a = part.array();
-  Array kept = prev % QuantizedKVCache::kStep != 0 ? a.Slice(2, 0, prev) : a;
-  const Array pieces[] = {kept, Array::Zeros(a.dtype(), {a.dim(0), a.dim(1), rows, a.dim(3)})};
-  part.Reset(Array::Concatenate(pieces, 2));
+// The update's triple must match the buffer triple in batch, heads and
+// every width. `fresh`: the buffers were just sized by mlx-lm's rule.
+Status CheckFits(const std::array<CowBuffer, 3>& buffer, const QuantizedArray& q, const char* which,
+                 int bits, bool fresh) {
+  const auto parts = Parts(q);
+  for (int i = 0; i < 3; ++i) {
+    const Array& b = buffer[i].array();
+    if (b.dim(0) == parts[i].dim(0) && b.dim(1) == parts[i].dim(1) && b.dim(3) == parts[i].dim(3))
+      continue;
+    if (fresh) {
+      return Status::InvalidArgument("QuantizedKVCache: " + std::to_string(bits) +
+                                     "-bit packed width " + std::to_string(q.packed.dim(3)) +
+                                     " differs from the buffer width " +
+                                     std::to_string(buffer[0].array().dim(3)) +
+                                     " mlx-lm allocates (upstream raises here; docs/compat.md)");
+    }
+    return Status::InvalidArgument(std::string("QuantizedKVCache: update ") + which + " " +
+                                   parts[i].Describe() + " does not fit the cached " +
+                                   b.Describe());
+  }
+  return Status::OK();
+}
+
+// Writes the triple at `at`, scales and biases cast to the buffers' dtype
+// (MLX slice assignment). REQUIRES: CheckFits passed, rows in range.
+Status WriteTriple(std::array<CowBuffer, 3>& buffer, int64_t at, const QuantizedArray& q) {
+  const auto parts = Parts(q);
+  for (int i = 0; i < 3; ++i) {
+    KV_ASSIGN_OR_RETURN(Array cast, parts[i].AsType(buffer[i].array().dtype()));
+    KV_RETURN_IF_ERROR(buffer[i].Write(2, at, cast));
+  }
+  return Status::OK();
 }
 }  // namespace
 
@@ -50,14 +84,15 @@ QuantizedKVCache::QuantizedKVCache(int group_size, int bits, QuantizeOptions::Ro
     : group_size_(group_size), bits_(bits), rounding_(rounding) {}
 
 std::unique_ptr<Cache> QuantizedKVCache::Copy() const {
-  auto copy = std::make_unique<QuantizedKVCache>(group_size_, bits_, rounding_);
-  copy->offset_ = offset_;
-  if (buffers_) copy->buffers_ = std::make_shared<Buffers>(*buffers_);
+  auto copy = std::make_unique<QuantizedKVCache>(*this);
+  if (buffers_) copy->buffers_ = std::make_shared<Buffers>(*buffers_);  // its own, copy-on-write
   return copy;
 }
 
 bool QuantizedKVCache::Empty() const { return buffers_ == nullptr; }
 
+// Validates, quantizes and sizes everything first; only then are the
+// buffers replaced and written, so a failed update changes nothing.
 Result<QuantizedKeysValues> QuantizedKVCache::UpdateAndFetchQuantized(const Array& keys,
                                                                       const Array& values) {
   KV_RETURN_IF_ERROR(CheckKeysValuesUpdate(kName, keys, values));
@@ -70,50 +105,33 @@ Result<QuantizedKeysValues> QuantizedKVCache::UpdateAndFetchQuantized(const Arra
   KV_ASSIGN_OR_RETURN(QuantizedArray qv, Quantize(values, options));
   const int64_t prev = offset_;
   const int64_t s = keys.dim(2);
-  // mlx-lm sizes the packed buffer D // (32 // bits), which is not the packed
-  // width for 3/5/6 bits at most head dims; the write then fails (faithful).
-  const int64_t el_per_int = 32 / bits_;
-  const int64_t kwidth = keys.dim(3) / el_per_int, vwidth = values.dim(3) / el_per_int;
-  if (buffers_ == nullptr) {
-    if (kwidth != qk.packed.dim(3) || vwidth != qv.packed.dim(3)) {
-      return Status::InvalidArgument(
-          "QuantizedKVCache: " + std::to_string(bits_) + "-bit packed width " +
-          std::to_string(qk.packed.dim(3)) + " differs from the buffer width " +
-          std::to_string(kwidth) + " mlx-lm allocates (upstream raises here; docs/compat.md)");
-    }
-  } else {
-    const Array& kp = buffers_->keys[0].array();
-    const Array& vp = buffers_->values[0].array();
-    if (kp.dim(0) != qk.packed.dim(0) || kp.dim(1) != qk.packed.dim(1) ||
-        kp.dim(3) != qk.packed.dim(3) || vp.dim(3) != qv.packed.dim(3) ||
-        buffers_->keys[1].array().dtype() != qk.scales.dtype() ||
-        buffers_->values[1].array().dtype() != qv.scales.dtype()) {
-      return Status::InvalidArgument("QuantizedKVCache: update " + keys.Describe() +
-                                     " does not fit the cached " + kp.Describe());
-    }
+  const bool fresh = buffers_ == nullptr;
+  // mlx-lm allocates D // (32 // bits) packed words, which is not the packed
+  // width for 3/5/6 bits at most head dims (its write then fails), and gives
+  // the scales and biases of both the keys' dtype.
+  std::shared_ptr<Buffers> next =
+      fresh ? MakeQuantizedBuffers(
+                  ZeroTriple(keys, StepRows(s), keys.dim(3), bits_, group_size_, keys.dtype()),
+                  ZeroTriple(values, StepRows(s), values.dim(3), bits_, group_size_, keys.dtype()))
+            : buffers_;
+  KV_RETURN_IF_ERROR(CheckFits(next->keys, qk, "keys", bits_, fresh));
+  KV_RETURN_IF_ERROR(CheckFits(next->values, qv, "values", bits_, fresh));
+  const int64_t capacity = next->keys[0].array().dim(2);
+  if (prev < 0 || prev > capacity) {
+    return Status::FailedPrecondition("QuantizedKVCache: offset " + std::to_string(prev) +
+                                      " outside the " + std::to_string(capacity) +
+                                      " buffered rows");
   }
-  if (buffers_ == nullptr || prev + s > buffers_->keys[0].array().dim(2)) {
-    const int64_t rows = (s + kStep - 1) / kStep * kStep;
-    if (buffers_ == nullptr) {
-      const int64_t kg = keys.dim(3) / group_size_, vg = values.dim(3) / group_size_;
-      buffers_ = MakeQuantizedBuffers(
-          QuantizedArray{Zeros(keys, rows, kwidth, DType::kU32), Zeros(keys, rows, kg, keys.dtype()),
-                         Zeros(keys, rows, kg, keys.dtype())},
-          QuantizedArray{Zeros(values, rows, vwidth, DType::kU32),
-                         Zeros(values, rows, vg, values.dtype()),
-                         Zeros(values, rows, vg, values.dtype())});
-    } else {
-      for (int i = 0; i < 3; ++i) {
-        GrowPart(buffers_->keys[i], prev, rows);
-        GrowPart(buffers_->values[i], prev, rows);
-      }
+  if (prev + s > capacity) {
+    next = std::make_shared<Buffers>(*buffers_);
+    for (auto* triple : {&next->keys, &next->values}) {
+      for (CowBuffer& part : *triple)
+        part.Reset(GrowRows(part.array(), prev, ZeroRows(part.array(), StepRows(s))));
     }
   }
-  const auto kparts = Parts(qk), vparts = Parts(qv);
-  for (int i = 0; i < 3; ++i) {
-    KV_RETURN_IF_ERROR(buffers_->keys[i].Write(2, prev, kparts[i]));
-    KV_RETURN_IF_ERROR(buffers_->values[i].Write(2, prev, vparts[i]));
-  }
+  buffers_ = std::move(next);
+  KV_RETURN_IF_ERROR(WriteTriple(buffers_->keys, prev, qk));
+  KV_RETURN_IF_ERROR(WriteTriple(buffers_->values, prev, qv));
   offset_ = prev + s;
   return QuantizedKeysValues{Sliced(buffers_->keys, offset_, false),
                              Sliced(buffers_->values, offset_, false)};
@@ -130,8 +148,8 @@ Result<CacheState> QuantizedKVCache::State() const {
   }
   const QuantizedArray k = Sliced(buffers_->keys, offset_, true);
   const QuantizedArray v = Sliced(buffers_->values, offset_, true);
-  return CacheState({CacheState({k.packed, k.scales, k.biases}),
-                     CacheState({v.packed, v.scales, v.biases})});
+  return CacheState(
+      {CacheState({k.packed, k.scales, k.biases}), CacheState({v.packed, v.scales, v.biases})});
 }
 
 namespace {
@@ -145,14 +163,16 @@ Status CheckTriple(const CacheState& s, const char* which) {
   const Array& b = s[2].array();
   if (p.dtype() != DType::kU32 || p.ndim() != 4 || sc.ndim() != 4 || sc.shape() != b.shape() ||
       sc.dtype() != b.dtype() || !IsFloating(sc.dtype())) {
-    return Status::InvalidArgument(std::string("QuantizedKVCache: state ") + which + " " +
-                                   p.Describe() + ", " + sc.Describe() + ", " + b.Describe() +
-                                   " is not a U32 packed rank-4 array with matching float scales/biases");
+    return Status::InvalidArgument(
+        std::string("QuantizedKVCache: state ") + which + " " + p.Describe() + ", " +
+        sc.Describe() + ", " + b.Describe() +
+        " is not a U32 packed rank-4 array with matching float scales/biases");
   }
   for (int a = 0; a < 3; ++a) {
     if (p.dim(a) != sc.dim(a)) {
       return Status::InvalidArgument(std::string("QuantizedKVCache: state ") + which +
-                                     " packed and scales disagree in dimension " + std::to_string(a));
+                                     " packed and scales disagree in dimension " +
+                                     std::to_string(a));
     }
   }
   return Status::OK();
@@ -182,12 +202,9 @@ MetaState QuantizedKVCache::meta_state() const {
 }
 
 Status QuantizedKVCache::SetMetaState(const MetaState& meta) {
-  if (!meta.is_list() || meta.size() != 3) {
-    return Status::InvalidArgument("QuantizedKVCache: meta_state must be [offset, group_size, bits]");
-  }
-  KV_ASSIGN_OR_RETURN(int64_t offset, ParseMetaInt(kName, "offset", meta[0]));
-  KV_ASSIGN_OR_RETURN(int64_t group_size, ParseMetaInt(kName, "group_size", meta[1]));
-  KV_ASSIGN_OR_RETURN(int64_t bits, ParseMetaInt(kName, "bits", meta[2]));
+  KV_ASSIGN_OR_RETURN(std::vector<int64_t> v,
+                      ParseMetaInts(kName, meta, {"offset", "group_size", "bits"}));
+  const int64_t offset = v[0], group_size = v[1], bits = v[2];
   // Range first: the casts below must not truncate a hostile value into a valid one.
   if (bits < 1 || bits > 8 || group_size < 1 || group_size > 128 ||
       !IsSupportedQuantization(static_cast<int>(bits), static_cast<int>(group_size))) {
@@ -220,14 +237,14 @@ Result<int64_t> QuantizedKVCache::Nbytes() const {
   }
   int64_t n = 0;
   for (int i = 0; i < 3; ++i) {
-    n += static_cast<int64_t>(buffers_->keys[i].array().nbytes() + buffers_->values[i].array().nbytes());
+    n += static_cast<int64_t>(buffers_->keys[i].array().nbytes() +
+                              buffers_->values[i].array().nbytes());
   }
   return n;
 }
 
 Result<int64_t> QuantizedKVCache::Trim(int64_t n) {
-  if (n < 0) return Status::InvalidArgument("QuantizedKVCache: trim by a negative count");
-  const int64_t trimmed = std::min(offset_, n);
+  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kName, n, offset_));
   offset_ -= trimmed;
   return trimmed;
 }

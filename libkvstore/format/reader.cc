@@ -1,10 +1,12 @@
 // PromptCacheReader: opens a plain or compressed prompt-cache file, parses
 // its header and layout, and builds layers on demand (docs/format.md §5-6).
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <unordered_set>
 
 #include "kvstore/json.h"
+#include "kvstore/llama_state.h"
 #include "libkvstore/format/digests.h"
 #include "libkvstore/format/reader_impl.h"
 #include "libkvstore/util/parallel.h"
@@ -25,6 +27,14 @@ bool IsKvstoreMetadataKey(std::string_view user_key) {
 }
 
 namespace {
+
+// Another engine's cache file (llama_state.h), named instead of failing the
+// safetensors checks.
+bool IsLlamaState(std::span<const std::byte> bytes) {
+  uint32_t magic = 0;
+  if (bytes.size() >= 4) std::memcpy(&magic, bytes.data(), 4);
+  return magic == kLlamaStateMagic;
+}
 
 // Plain bytes held in memory (a compressed file decompressed at open).
 class MemoryFile : public ReadableFile {
@@ -199,6 +209,10 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   r->prefetch = options.prefetch;
   KV_ASSIGN_OR_RETURN(r->file, env->OpenReadable(path));
   r->info.file_bytes = r->file->size();
+  if (IsLlamaState(r->file->data())) {
+    return Status::NotSupported(path + ": a llama.cpp sequence-state file, not a prompt cache (convert it: "
+                                       "kvtool convert FILE -o OUT --model MODEL, docs/llama-cpp.md)");
+  }
   if (!IsZstdFrame(r->file->data())) {
     Result<std::shared_ptr<const SafetensorsFile>> st = SafetensorsFile::FromReadable(r->file, options.limits);
     if (!st.ok()) return st.status().WithPrefix(path);
