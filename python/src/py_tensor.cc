@@ -163,8 +163,9 @@ copying; dtype reinterprets elements of the same size (e.g. uint16 as "BF16").)d
       .def("astype", [](const PyTensor& t, const std::string& dtype) {
         return PyTensor(Unwrap(t.array().AsType(ParseDTypeName(dtype))));
       }, py::arg("dtype"), "A converted copy (F16, BF16, F32, F64 and integer types).")
-      .def("__dlpack__", [](const PyTensor& t, py::object /*stream*/) { return ToDLPack(t.array()); },
-           py::arg("stream") = py::none())
+      // stream, max_version, dl_device, copy: CPU memory needs no stream, and a legacy
+      // (unversioned) capsule is what every consumer accepts.
+      .def("__dlpack__", [](const PyTensor& t, const py::args&, const py::kwargs&) { return ToDLPack(t.array()); })
       .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(dlpack::kDLCPU, 0); })
       .def("__repr__", [](const PyTensor& t) { return "kvstore.Tensor(" + t.array().Describe() + ")"; });
 }
