@@ -12,6 +12,7 @@ packages=(
   # tests; libopenblas0-pthread and libgfortran5 let ../shared/mlx-ref's MLX import.
   pybind11-dev python3-dev python3-pytest python3-setuptools python3-pip python3-numpy
   libopenblas0-pthread libgfortran5
+  redis-server redis-tools libhiredis-dev pkg-config   # shared tier and its tests
 )
 if [[ "${KVSTORE_WITH_FUZZ:-0}" == 1 ]]; then
   packages+=(clang libclang-rt-14-dev)   # libFuzzer + sanitizer runtimes

@@ -99,9 +99,12 @@ TEST_F(HostileFileTest, LegacyNamesWithLeadingZerosAreNotLegacy) {
 // Verified conversions never pass corrupted input bytes on.
 class CorruptConversionTest : public ::testing::Test {
  protected:
-  // Saves `cache` with digests, then flips a byte of tensor `name`.
+  // Saves `cache` with digests (for the current mlx-lm, which keeps
+  // ArraysCache padding), then flips a byte of tensor `name`.
   void WriteCorrupted(const PromptCache& cache, const std::string& name) {
-    ASSERT_OK(SavePromptCache(env_.get(), "/in", cache, {}));
+    SavePromptCacheOptions current;
+    current.layout = PromptCacheLayout::kMlxLm;
+    ASSERT_OK(SavePromptCache(env_.get(), "/in", cache, {}, current));
     ASSERT_OK_AND_ASSIGN(auto st, SafetensorsFile::Open(env_.get(), "/in"));
     const TensorInfo* t = st->header().FindTensor(name);
     ASSERT_NE(t, nullptr);

@@ -102,5 +102,34 @@ TEST_F(PromptCacheStoreTest, FallsBackToAShorterPrefixPastABadEntry) {
   EXPECT_EQ(store->mismatched_dropped(), 1);
 }
 
+// A file whose layers are impossible (here: a KVCache without its values)
+// is dropped at open from its header alone, under its right name, with its
+// key and digests in place: the manifest line is ignored because the size
+// changed, and the header is checked as a load would check it.
+TEST_F(PromptCacheStoreTest, FileWithAnImpossibleLayerIsDroppedAtOpen) {
+  PutAll({{{1, 2, 3}, 7}});
+  const std::string name = FileOf({1, 2, 3});
+  Result<std::shared_ptr<const SafetensorsFile>> file = SafetensorsFile::Open(env_.get(), Path(name));
+  ASSERT_OK(file);
+  std::vector<NamedArray> kept;
+  for (const TensorInfo& t : (*file)->header().tensors) {
+    if (t.name == "0.1") continue;  // layer 0's values
+    Result<Array> a = (*file)->Tensor(t);
+    ASSERT_OK(a);
+    kept.push_back({t.name, a->Clone()});
+  }
+  const Metadata metadata = (*file)->header().metadata;
+  file = Status::Internal("closed");
+  ASSERT_OK(testing::WriteRaw(env_.get(), Path(name), kept, metadata));
+
+  StoreOpenReport report;
+  std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+  ASSERT_EQ(report.dropped.size(), 1u);
+  EXPECT_THAT(report.dropped[0], ::testing::HasSubstr(name + ": Corruption: layer 0: KVCache: state must be"));
+  EXPECT_EQ(store->entries(), 0);
+  EXPECT_EQ(Fetch(*store, {1, 2, 3, 4}), -1);
+  EXPECT_FALSE(env_->FileExists(Path(name)));
+}
+
 }  // namespace
 }  // namespace kvstore

@@ -54,6 +54,19 @@ inline Status WriteRaw(Env* env, const std::string& path, const std::vector<Name
   return WriteFileAtomic(env, path, [&](WritableFile& f) { return WriteSafetensors(f, tensors, metadata); });
 }
 
+// Both files hold the same tensors: names, dtypes, shapes and bytes.
+inline void ExpectSameTensors(const SafetensorsFile& a, const SafetensorsFile& b) {
+  ASSERT_EQ(a.header().tensors.size(), b.header().tensors.size());
+  for (const TensorInfo& t : a.header().tensors) {
+    const TensorInfo* u = b.header().FindTensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    EXPECT_EQ(u->dtype, t.dtype) << t.name;
+    EXPECT_EQ(u->shape, t.shape) << t.name;
+    const auto x = a.TensorBytes(t), y = b.TensorBytes(*u);
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << t.name;
+  }
+}
+
 inline std::vector<std::byte> FileBytes(Env* env, const std::string& path) {
   Result<std::shared_ptr<const ReadableFile>> f = env->OpenReadable(path);
   EXPECT_TRUE(f.ok()) << f.status().ToString();

@@ -7,6 +7,8 @@
 // that changes the content (--to, --integrity, --no-integrity on a file with
 // digests, --quantize, --dequantize, --dtype) re-writes the cache layer by
 // layer (ConvertPromptCacheFile), checking the input's digests on the way.
+// The output keeps the input's layout, mlx-lm version included, unless --to
+// names another.
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
@@ -102,8 +104,9 @@ int RunConvert(ConvertArgs a) {
     return Fail(kExitUsage, "--compress and --decompress exclude each other");
   }
   if (a.integrity && a.no_integrity) return Fail(kExitUsage, "--integrity and --no-integrity exclude each other");
-  if (!a.to.empty() && a.to != "mlx-lm" && a.to != "mlx-swift-lm" && a.to != "llama.cpp") {
-    return Fail(kExitUsage, "--to must be mlx-lm, mlx-swift-lm or llama.cpp");
+  const std::optional<kvstore::PromptCacheLayout> to = kvstore::LayoutFromName(a.to);
+  if (!a.to.empty() && a.to != "llama.cpp" && (!to || *to == kvstore::PromptCacheLayout::kMlxLmLegacy)) {
+    return Fail(kExitUsage, "--to must be mlx-lm, mlx-lm-0.31, mlx-swift-lm or llama.cpp");
   }
   if (!a.codec.empty() && a.codec != "zstd" && a.codec != "byteplane") {
     return Fail(kExitUsage, "--codec must be zstd or byteplane");
@@ -125,10 +128,7 @@ int RunConvert(ConvertArgs a) {
   const int default_level = codec == kvstore::ZstdCodec::kBytePlane ? 1 : 3;
   std::optional<int> level = a.decompress ? std::nullopt : same.compression_level;
   if (a.compress_flag || !a.codec.empty()) level = a.compress.value_or(default_level);
-  kvstore::PromptCacheLayout layout = same.layout;
-  if (!a.to.empty()) {
-    layout = a.to == "mlx-swift-lm" ? kvstore::PromptCacheLayout::kMlxSwiftLm : kvstore::PromptCacheLayout::kMlxLm;
-  }
+  const kvstore::PromptCacheLayout layout = to.value_or(same.layout);
   const bool rewrite = transforms || a.integrity || (a.no_integrity && info->has_digests) ||
                        layout != info->layout;
   if (!a.quiet && !a.quantize.empty()) {
@@ -157,6 +157,7 @@ int RunConvert(ConvertArgs a) {
     if (transforms) c.transform = [&](size_t, std::shared_ptr<kvstore::Cache> layer) { return transform(layer); };
     s = kvstore::ConvertPromptCacheFile(kvstore::Env::Default(), a.in, a.out, c);
   }
+  bar.Done();
   if (!s.ok()) return Fail(s);
   if (!a.quiet) {
     auto out = kvstore::Env::Default()->GetFileSize(a.out);
@@ -179,7 +180,9 @@ Runner RegisterConvert(CLI::App& app) {
   cmd->add_option("--codec", args->codec, "compressed container: zstd (default; zstd -d compatible) or byteplane");
   cmd->add_flag("--integrity", args->integrity, "re-write with SHA-256 digests");
   cmd->add_flag("--no-integrity", args->no_integrity, "re-write without digests");
-  cmd->add_option("--to", args->to, "layout: mlx-lm, mlx-swift-lm or llama.cpp (default: the input's; mlx-lm for llama.cpp input)");
+  cmd->add_option("--to", args->to,
+                  "layout: mlx-lm (current), mlx-lm-0.31 (the release's ArraysCache layout), mlx-swift-lm "
+                  "or llama.cpp (default: the input's; mlx-lm for llama.cpp input)");
   cmd->add_option("--quantize", args->quantize, "KVCache layers -> QuantizedKVCache, BITS[:GROUP] (mlx-lm to_quantized)");
   cmd->add_flag("--gpu-rounding", args->gpu_rounding, "quantize with the Metal/CUDA rounding rule");
   cmd->add_flag("--dequantize", args->dequantize, "QuantizedKVCache layers -> KVCache");

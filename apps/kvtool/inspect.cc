@@ -1,5 +1,9 @@
 // kvtool inspect FILE [--json] [--tensors] [--verify]: what a cache file
-// holds, from its header alone (and, for a compressed file, its header frame).
+// holds, from its header alone (and, for a compressed file, its header
+// frame), and whether every layer can be loaded: everything readable is
+// printed first, then exit 3 for an impossible layer, 4 for one kvstore
+// cannot load (docs/cli.md).
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 
@@ -12,17 +16,31 @@ namespace {
 
 using kvstore::LayerInfo;
 using kvstore::MetaState;
+using kvstore::PromptCacheInfo;
 
 std::string MetaText(const MetaState& m) {
   std::string s = kvstore::MetaStateJson(m).Dump();
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
+// What the layer holds: its tensors grouped by dtype and shape in order of
+// first appearance ("BF16[1, 3, 128], F32[1, 4, 16, 8], F32[0] x2"); for a
+// CacheList, the count (its children's rows follow it).
 std::string Describe(const LayerInfo& layer) {
   if (layer.tensors.empty()) return "-";
-  const auto& t = layer.tensors[0];
-  return std::string(kvstore::DTypeName(t.dtype)) + kvstore::ShapeToString(t.shape) +
-         (layer.tensors.size() > 1 ? " x" + std::to_string(layer.tensors.size()) : "");
+  if (!layer.children.empty()) return std::to_string(layer.tensors.size()) + " tensors";
+  std::vector<std::pair<std::string, size_t>> groups;
+  for (const auto& t : layer.tensors) {
+    const std::string what = std::string(kvstore::DTypeName(t.dtype)) + kvstore::ShapeToString(t.shape);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == what; });
+    if (it == groups.end()) groups.emplace_back(what, 1);
+    else ++it->second;
+  }
+  std::string out;
+  for (const auto& [what, n] : groups) {
+    out += (out.empty() ? "" : ", ") + what + (n > 1 ? " x" + std::to_string(n) : "");
+  }
+  return out;
 }
 
 uint64_t LayerBytes(const LayerInfo& layer) {
@@ -31,11 +49,21 @@ uint64_t LayerBytes(const LayerInfo& layer) {
   return n;
 }
 
-void PrintLayer(const LayerInfo& layer, const std::string& indent, bool tensors) {
+// The tensors column is as wide as its widest entry (at least 28).
+int TensorsWidth(const std::vector<LayerInfo>& layers, const std::string& indent) {
+  size_t width = 28;
+  for (const LayerInfo& l : layers) {
+    width = std::max(width, Describe(l).size() + indent.size());
+    width = std::max<size_t>(width, TensorsWidth(l.children, indent + "  "));
+  }
+  return static_cast<int>(width);
+}
+
+void PrintLayer(const LayerInfo& layer, const std::string& indent, int width, bool tensors) {
   const std::optional<int64_t>& offset = layer.offset;
-  std::printf("%s%-5zu %-22s %8s  %-28s %10s  %s\n", indent.c_str(), layer.index, layer.class_name.c_str(),
-              offset ? std::to_string(*offset).c_str() : "-", Describe(layer).c_str(),
-              HumanBytes(LayerBytes(layer)).c_str(), MetaText(layer.meta_state).c_str());
+  std::printf("%s%-5zu %-22s %8s  %-*s %10s  %s\n", indent.c_str(), layer.index, layer.class_name.c_str(),
+              offset ? std::to_string(*offset).c_str() : "-", width - static_cast<int>(indent.size()),
+              Describe(layer).c_str(), HumanBytes(LayerBytes(layer)).c_str(), MetaText(layer.meta_state).c_str());
   if (tensors && layer.children.empty()) {
     for (const auto& t : layer.tensors) {
       std::printf("%s      %-20s %-5s %-22s %10s\n", indent.c_str(), t.name.c_str(),
@@ -43,7 +71,45 @@ void PrintLayer(const LayerInfo& layer, const std::string& indent, bool tensors)
                   HumanBytes(t.nbytes).c_str());
     }
   }
-  for (const LayerInfo& c : layer.children) PrintLayer(c, indent + "  ", tensors);
+  for (const LayerInfo& c : layer.children) PrintLayer(c, indent + "  ", width, tensors);
+}
+
+void PrintNotes(const LayerInfo& l, const std::string& where) {
+  for (const std::string& e : l.errors) {
+    std::printf("error: %s%zu (%s): %s\n", where.c_str(), l.index, l.class_name.c_str(), e.c_str());
+  }
+  if (!l.unsupported.empty()) {
+    std::printf("note: %s%zu cannot be loaded: %s\n", where.c_str(), l.index, l.unsupported.c_str());
+  }
+  for (const LayerInfo& c : l.children) PrintNotes(c, where + std::to_string(l.index) + " child ");
+}
+
+void PrintTable(const std::string& path, const PromptCacheInfo& info, std::optional<bool> verified, bool tensors) {
+  const int64_t tokens = info.tokens().value_or(-1);
+  std::string integrity = !info.has_digests ? "none" : !verified ? "sha256 (not checked)"
+                          : *verified     ? "sha256 verified" : "sha256 MISMATCH";
+  std::string ratio;
+  if (info.compression && info.file_bytes > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), ", ratio %.2fx", static_cast<double>(info.tensor_bytes) / info.file_bytes);
+    ratio = buf;
+  }
+  std::printf("%s: %s, layout %s, %zu layers, %s tokens, %s payload in %s%s, integrity %s\n", path.c_str(),
+              info.format().c_str(), std::string(kvstore::LayoutName(info.layout)).c_str(), info.layers.size(),
+              tokens >= 0 ? std::to_string(tokens).c_str() : "?", HumanBytes(info.tensor_bytes).c_str(),
+              HumanBytes(info.file_bytes).c_str(), ratio.c_str(), integrity.c_str());
+  const int width = TensorsWidth(info.layers, "");
+  std::printf("%-5s %-22s %8s  %-*s %10s  %s\n", "layer", "class", "offset", width, "tensors", "bytes", "meta_state");
+  for (const LayerInfo& l : info.layers) PrintLayer(l, "", width, tensors);
+  for (const LayerInfo& l : info.layers) PrintNotes(l, "layer ");
+  if (!info.unsupported.empty()) std::printf("note: the file cannot be loaded: %s\n", info.unsupported.c_str());
+  if (!info.user_metadata.empty()) {
+    std::printf("metadata:\n");
+    for (const auto& [k, v] : info.user_metadata) {
+      std::string shown = v.size() > 60 ? v.substr(0, 57) + "..." : v;
+      std::printf("  %-20s %s\n", k.c_str(), shown.c_str());
+    }
+  }
 }
 
 struct InspectArgs {
@@ -55,55 +121,30 @@ struct InspectArgs {
 
 int RunInspect(const InspectArgs& a) {
   if (IsLlamaStateFile(a.path)) return InspectLlamaState(a.path, a.json, a.verify);
-  auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.path);
-  if (!info.ok()) return Fail(info.status());
+  auto reader = kvstore::PromptCacheReader::Open(kvstore::Env::Default(), a.path);
+  if (!reader.ok()) return Fail(reader.status());
+  const PromptCacheInfo& info = (*reader)->info();
   std::optional<bool> verified;
   std::vector<std::string> mismatches;
-  if (a.verify && info->has_digests) {
-    auto report = kvstore::VerifyPromptCacheFile(kvstore::Env::Default(), a.path);
+  if (a.verify && info.has_digests) {
+    auto report = (*reader)->Verify();
     if (!report.ok()) return Fail(report.status());
     verified = report->ok();
     mismatches = report->mismatches;
   }
-  const std::string format = info->format();
   if (a.json) {
-    PrintJson(kvstore::PromptCacheInfoJson(*info, a.path, verified));
+    PrintJson(kvstore::PromptCacheInfoJson(info, a.path, verified));
   } else {
-    const int64_t tokens = info->tokens().value_or(-1);
-    std::string integrity = !info->has_digests ? "none" : !verified ? "sha256 (not checked)"
-                            : *verified      ? "sha256 verified" : "sha256 MISMATCH";
-    std::string ratio;
-    if (info->compression && info->file_bytes > 0) {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), ", ratio %.2fx", static_cast<double>(info->tensor_bytes) / info->file_bytes);
-      ratio = buf;
-    }
-    std::printf("%s: %s, layout %s, %zu layers, %s tokens, %s payload in %s%s, integrity %s\n",
-                a.path.c_str(), format.c_str(), std::string(kvstore::LayoutName(info->layout)).c_str(),
-                info->layers.size(), tokens >= 0 ? std::to_string(tokens).c_str() : "?",
-                HumanBytes(info->tensor_bytes).c_str(), HumanBytes(info->file_bytes).c_str(), ratio.c_str(),
-                integrity.c_str());
-    std::printf("%-5s %-22s %8s  %-28s %10s  %s\n", "layer", "class", "offset", "tensors", "bytes", "meta_state");
-    for (const LayerInfo& l : info->layers) PrintLayer(l, "", a.tensors);
-    std::function<void(const LayerInfo&, const std::string&)> notes = [&](const LayerInfo& l, const std::string& where) {
-      if (!l.unsupported.empty()) std::printf("note: %s%zu cannot be loaded: %s\n", where.c_str(), l.index, l.unsupported.c_str());
-      for (const LayerInfo& c : l.children) notes(c, where + std::to_string(l.index) + " child ");
-    };
-    for (const LayerInfo& l : info->layers) notes(l, "layer ");
-    if (!info->unsupported.empty()) std::printf("note: the file cannot be loaded: %s\n", info->unsupported.c_str());
-    if (!info->user_metadata.empty()) {
-      std::printf("metadata:\n");
-      for (const auto& [k, v] : info->user_metadata) {
-        std::string shown = v.size() > 60 ? v.substr(0, 57) + "..." : v;
-        std::printf("  %-20s %s\n", k.c_str(), shown.c_str());
-      }
-    }
+    PrintTable(a.path, info, verified, a.tensors);
   }
+  std::fflush(stdout);
   if (verified && !*verified) {
     std::string what;
     for (const auto& m : mismatches) what += (what.empty() ? "" : ", ") + m;
     return Fail(kExitCorruption, "verification failed: " + what);
   }
+  // The first impossible layer (exit 3), else what cannot be loaded (exit 4).
+  if (kvstore::Status s = (*reader)->Validate(); !s.ok()) return Fail(s);
   return kExitOk;
 }
 
@@ -111,7 +152,7 @@ int RunInspect(const InspectArgs& a) {
 
 Runner RegisterInspect(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Show what a cache file holds (reads the header only)");
+  CLI::App* cmd = app.add_subcommand("inspect", "Show what a cache file holds and check its layers (reads the header only)");
   cmd->add_option("FILE", args->path, "prompt-cache file (.safetensors, optionally zstd-compressed) or llama.cpp state file")->required();
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_flag("--tensors", args->tensors, "list every tensor under its layer");

@@ -13,8 +13,15 @@ ProgressBar::ProgressBar(std::string label, bool quiet)
   start_ = last_ = std::chrono::steady_clock::now();
 }
 
-ProgressBar::~ProgressBar() {
-  if (drawn_) std::fprintf(stderr, "\r\033[K");
+ProgressBar::~ProgressBar() { Done(); }
+
+void ProgressBar::Done() {
+  if (drawn_) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+  drawn_ = false;
+  enabled_ = false;
 }
 
 kvstore::ProgressFn ProgressBar::Callback() {
@@ -23,8 +30,10 @@ kvstore::ProgressFn ProgressBar::Callback() {
 }
 
 void ProgressBar::Draw(uint64_t done, uint64_t total) {
+  if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
-  // At most ten redraws a second, and none for operations under half a second.
+  // At most ten redraws a second, the first after half a second; the final
+  // state (done == total) is always drawn.
   if (done < total && (now - last_ < std::chrono::milliseconds(100) ||
                        now - start_ < std::chrono::milliseconds(500))) {
     return;

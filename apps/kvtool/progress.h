@@ -14,12 +14,17 @@ namespace kvtool {
 class ProgressBar {
  public:
   ProgressBar(std::string label, bool quiet);
-  ~ProgressBar();  // clears the line
+  ~ProgressBar();  // Done()
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
 
   // The callback to hand to the library (empty when nothing is drawn).
   kvstore::ProgressFn Callback();
+
+  // Erases the bar, leaving the cursor at the start of an empty line, so
+  // that what is printed next (the summary, an error) starts a line. Call
+  // it when the operation returns, before printing; nothing is drawn after.
+  void Done();
 
  private:
   void Draw(uint64_t done, uint64_t total);

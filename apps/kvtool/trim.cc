@@ -32,6 +32,7 @@ int RunTrim(const TrimArgs& a) {
   ProgressBar bar("trim", a.quiet);
   c.output.progress = bar.Callback();
   auto trimmed = kvstore::TrimPromptCacheFile(kvstore::Env::Default(), a.in, a.out, n, c);
+  bar.Done();
   if (!trimmed.ok()) return Fail(trimmed.status());
   if (!a.quiet) {
     std::fprintf(stderr, "kvtool: trimmed %lld tokens, wrote %s\n", static_cast<long long>(*trimmed), a.out.c_str());

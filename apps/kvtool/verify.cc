@@ -1,4 +1,7 @@
-// kvtool verify FILE: checks every SHA-256 digest; exit 3 naming what differs.
+// kvtool verify FILE: checks the structure of every layer (from the header)
+// and every SHA-256 digest; exit 3 naming each impossible layer and each
+// tensor that differs, 4 when the file carries no digests (after the
+// structure has been reported) or has a layer kvstore cannot check.
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
@@ -13,23 +16,57 @@ struct VerifyArgs {
   bool quiet = false;
 };
 
+struct Structure {
+  size_t broken = 0;     // impossible layers (each named on stderr)
+  size_t unchecked = 0;  // layers kvstore cannot load, so cannot check
+  std::string Summary(size_t layers) const {
+    std::string s = std::to_string(layers - broken - unchecked) + " layers well formed";
+    if (unchecked > 0) s += ", " + std::to_string(unchecked) + " that kvstore cannot load not checked";
+    return s;
+  }
+};
+
+// What the header says about the layers; one line on stderr per impossible layer.
+Structure CheckStructure(const std::string& path, const kvstore::PromptCacheInfo& info) {
+  Structure out;
+  for (const kvstore::LayerInfo& l : info.layers) {
+    for (const std::string& e : l.errors) {
+      std::fprintf(stderr, "kvtool: %s: layer %zu (%s): %s\n", path.c_str(), l.index, l.class_name.c_str(), e.c_str());
+    }
+    out.broken += l.errors.empty() ? 0 : 1;
+    out.unchecked += l.errors.empty() && !l.unsupported.empty() ? 1 : 0;
+  }
+  return out;
+}
+
 int RunVerify(const VerifyArgs& a) {
-  ProgressBar bar("verify", a.quiet);
-  auto report = kvstore::VerifyPromptCacheFile(kvstore::Env::Default(), a.path, a.threads, bar.Callback());
-  if (!report.ok()) return Fail(report.status());
-  if (!report->has_digests) {
+  kvstore::PromptCacheReader::Options open;
+  open.threads = a.threads;
+  auto reader = kvstore::PromptCacheReader::Open(kvstore::Env::Default(), a.path, open);
+  if (!reader.ok()) return Fail(reader.status());
+  const kvstore::PromptCacheInfo& info = (*reader)->info();
+  const Structure structure = CheckStructure(a.path, info);
+  if (!info.has_digests) {
+    if (structure.broken > 0) return kExitCorruption;
+    if (!a.quiet) std::printf("%s: %s\n", a.path.c_str(), structure.Summary(info.layers.size()).c_str());
+    std::fflush(stdout);
     return Fail(kExitUnsupported, a.path + ": the file carries no digests (write it with kvstore, or run "
                                            "'kvtool convert " + a.path + " -o OUT --integrity' to add them)");
   }
-  if (!report->mismatches.empty()) {
-    for (const std::string& m : report->mismatches) {
-      std::fprintf(stderr, "kvtool: %s: digest mismatch in %s\n", a.path.c_str(),
-                   m == "header" ? "the header" : ("tensor \"" + m + "\"").c_str());
-    }
-    return kExitCorruption;
+  ProgressBar bar("verify", a.quiet);
+  auto report = (*reader)->Verify(a.threads, bar.Callback());
+  bar.Done();
+  if (!report.ok()) return Fail(report.status());
+  for (const std::string& m : report->mismatches) {
+    std::fprintf(stderr, "kvtool: %s: digest mismatch in %s\n", a.path.c_str(),
+                 m == "header" ? "the header" : ("tensor \"" + m + "\"").c_str());
   }
+  if (structure.broken > 0 || !report->mismatches.empty()) return kExitCorruption;
+  // Intact, but a layer kvstore cannot load cannot have its structure checked.
+  if (kvstore::Status s = (*reader)->Validate(); !s.ok()) return Fail(s);
   if (!a.quiet) {
-    std::printf("%s: OK (%s verified)\n", a.path.c_str(), HumanBytes(report->bytes_hashed).c_str());
+    std::printf("%s: OK (%s, %s verified)\n", a.path.c_str(), structure.Summary(info.layers.size()).c_str(),
+                HumanBytes(report->bytes_hashed).c_str());
   }
   return kExitOk;
 }
@@ -38,7 +75,7 @@ int RunVerify(const VerifyArgs& a) {
 
 Runner RegisterVerify(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
-  CLI::App* cmd = app.add_subcommand("verify", "Check the SHA-256 digests of a cache file");
+  CLI::App* cmd = app.add_subcommand("verify", "Check the structure and the SHA-256 digests of a cache file");
   cmd->add_option("FILE", args->path, "prompt-cache file")->required();
   cmd->add_option("--threads", args->threads, "hashing threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar, nothing printed on success");

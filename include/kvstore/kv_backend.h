@@ -36,6 +36,21 @@ struct KvPut {
   std::string_view value;
 };
 
+// Counters since the backend was opened; monotonic, for logs, tools, tests
+// and benchmarks. A backend without a network leaves the transport ones 0.
+struct KvBackendStats {
+  uint64_t calls = 0;            // KvBackend calls made
+  uint64_t failed_calls = 0;     // calls that returned an error
+  uint64_t timeouts = 0;         // node exchanges cut off by their deadline
+  uint64_t fast_failures = 0;    // calls refused at once: a node was in its backoff window
+  uint64_t connects = 0;         // connections opened (first ones and reconnects)
+  uint64_t moved = 0;            // MOVED replies followed
+  uint64_t asked = 0;            // ASK replies followed
+  uint64_t slot_map_loads = 0;   // cluster slot maps loaded (at open and after MOVED)
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+};
+
 class KvBackend {
  public:
   virtual ~KvBackend() = default;
@@ -66,6 +81,9 @@ class KvBackend {
   // A one-line description for logs and tools, e.g.
   // "redis cluster 127.0.0.1:7000 (3 masters)" or "memory".
   virtual std::string Describe() const = 0;
+
+  // Zeros for a backend that keeps no counters.
+  virtual KvBackendStats Stats() const { return {}; }
 };
 
 // An in-memory KvBackend with no size bound. Used by tests, by the

@@ -40,12 +40,27 @@
 
 namespace kvstore {
 
+// Who is to read a file, and so how it is laid out (docs/format.md §5,
+// docs/compat.md). The two mlx-lm layouts differ only in ArraysCache (and
+// MambaCache) layers, so a file without one is the same in both and reads as
+// kMlxLm.
 enum class PromptCacheLayout {
-  kMlxLm,        // mlx-lm's save_prompt_cache (format v1)
+  // mlx-lm's save_prompt_cache since 2026-08 (format v1): ArraysCache state
+  // [slots, left_padding, lengths], tensors "i.0.k", "i.1", "i.2". mlx-lm
+  // 0.31.x misreads it silently; mlx-lm since that change reads it.
+  kMlxLm,
   kMlxSwiftLm,   // mlx-swift-lm's flat layout (docs/format.md §5.6)
   kMlxLmLegacy,  // the first cache_prompt format: "{i}_keys" / "{i}_values" (read only)
+  // mlx-lm 0.31.x (the release `pip install mlx-lm` gives) and earlier:
+  // ArraysCache state is the flat slot list, tensors "i.k"; no left_padding
+  // or lengths. mlx-lm since the change refuses it loudly (except a 3-slot
+  // ArraysCache, which it misreads). The default for saves.
+  kMlxLm031,
 };
-std::string_view LayoutName(PromptCacheLayout layout);  // "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy"
+// "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy", "mlx-lm-0.31".
+std::string_view LayoutName(PromptCacheLayout layout);
+// The layout named `name` (LayoutName's inverse); nullopt for other names.
+std::optional<PromptCacheLayout> LayoutFromName(std::string_view name);
 
 // Metadata keys this library owns (stored under mlx-lm's user namespace "1.").
 inline constexpr std::string_view kFormatKey = "kvstore_format";          // "kvstore/1"
@@ -59,7 +74,9 @@ bool IsKvstoreMetadataKey(std::string_view user_key);
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 struct SavePromptCacheOptions {
-  PromptCacheLayout layout = PromptCacheLayout::kMlxLm;  // kMlxLm or kMlxSwiftLm
+  // The reader to write for: kMlxLm031 (default: what the released mlx-lm
+  // reads; docs/compat.md says why), kMlxLm or kMlxSwiftLm.
+  PromptCacheLayout layout = PromptCacheLayout::kMlxLm031;
   bool integrity = true;                 // write SHA-256 digests
   std::optional<int> compression_level;  // set: seekable zstd container at this level
   ZstdCodec codec = ZstdCodec::kZstd;    // with compression: plain frames or byte planes
@@ -87,8 +104,9 @@ struct LoadedPromptCache {
 // Saves atomically (temp file, fsync, rename). Errors: InvalidArgument for a
 // cache the layout's loader cannot read (mlx-lm: an empty KVCache, a None
 // ArraysCache slot, a user key that is empty, contains '.' or is an
-// integer), NotSupported for a class the layout lacks (mlx-swift-lm has no
-// batch caches), and the Env's errors; the old file is then left untouched.
+// integer), NotSupported for what the layout lacks (mlx-swift-lm has no
+// batch caches; mlx-lm 0.31 stores no ArraysCache left_padding or lengths),
+// and the Env's errors; the old file is then left untouched.
 // Plain files are hashed while they are written; the header, whose digests
 // are fixed-length, is written last into the space reserved for it.
 Status SavePromptCache(Env* env, const std::string& path, const PromptCache& cache,
@@ -103,9 +121,11 @@ using LayerSource = std::function<Result<std::shared_ptr<const Cache>>(size_t in
 Status SavePromptCache(Env* env, const std::string& path, size_t num_layers, const LayerSource& source,
                        const Metadata& user_metadata, const SavePromptCacheOptions& options = {});
 
-// Loads a prompt cache. Corruption for malformed files (naming the rule),
-// NotSupported for what we recognise but cannot read (mlx-lm's v2 layout, an
-// unknown class name, mlx-swift-lm model state), NotFound for a missing file.
+// Loads a prompt cache. Corruption for malformed files (naming the rule; an
+// impossible layer is found from the header, PromptCacheReader::Validate,
+// before any layer is built), NotSupported for what we recognise but cannot
+// read (mlx-lm's v2 layout, an unknown class name, mlx-swift-lm model
+// state), NotFound for a missing file.
 Result<LoadedPromptCache> LoadPromptCache(Env* env, const std::string& path,
                                           const LoadPromptCacheOptions& options = {});
 
@@ -125,7 +145,15 @@ struct LayerInfo {
   std::optional<int64_t> offset;  // the cache's offset after load; none for classes without one
   std::vector<LayerTensor> tensors;
   std::vector<LayerInfo> children;  // CacheList children
-  std::string unsupported;  // why the layer cannot be loaded; empty when it can
+  // Why a well-formed layer cannot be loaded (an unknown class, a class only
+  // mlx-swift-lm has); empty when it can.
+  std::string unsupported;
+  // Why the layer is impossible, from the header alone (see
+  // PromptCacheReader::Validate): the rule of its class that the meta_state
+  // or the tensors' count, rank, dtype or shape break, e.g. "RotatingKVCache:
+  // meta_state needs max_size >= 1 and 0 <= keep <= max_size, got keep 40,
+  // max_size 32". Empty for a well-formed layer.
+  std::vector<std::string> errors;
 };
 
 struct CompressionInfo {
@@ -145,6 +173,8 @@ struct PromptCacheInfo {
   std::string unsupported;  // why the file cannot be loaded; empty when it can
   SafetensorsHeader header;  // of the (decompressed) safetensors file
 
+  // True when no layer has errors (an unsupported layer is well formed).
+  bool valid() const;
   // The largest offset of any layer or CacheList child: the tokens the
   // cache holds. nullopt when no layer has an offset.
   std::optional<int64_t> tokens() const;
@@ -155,8 +185,9 @@ struct PromptCacheInfo {
 Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,
                                             const ParseLimits& limits = {});
 
-// Options that write a file in the layout and container `info` describes
-// (the legacy layout, which is read-only, becomes mlx-lm; levels are not
+// Options that write a file in the layout and container `info` describes,
+// so a conversion keeps its input's mlx-lm version (the legacy layout, which
+// is read-only and holds only KVCaches, becomes mlx-lm; levels are not
 // recorded, so a compressed file gets the codec's default: 3 for zstd, 1 for
 // byte planes), with digests.
 SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info);
@@ -169,6 +200,12 @@ struct VerifyReport {
   uint64_t bytes_hashed = 0;
   bool ok() const { return has_digests && mismatches.empty(); }
 };
+
+// PromptCacheReader::Validate of the file at `path`: reads the header (for a
+// compressed file, only the frames holding it) and checks every layer
+// without reading a tensor byte. Open's errors (an unreadable header, an
+// unknown layout) are returned as they are.
+Status ValidatePromptCacheFile(Env* env, const std::string& path, const ParseLimits& limits = {});
 
 // Hashes every tensor (in parallel) and compares with the stored digests.
 // A file without digests gives has_digests == false (not an error).
@@ -207,6 +244,15 @@ class PromptCacheReader {
   size_t num_layers() const;
   const std::string& path() const;
 
+  // Header-only validation, done at Open: OK when every layer can be built
+  // as far as the header tells (the class is known; the meta_state parses
+  // and is in range; tensor count, rank, dtype and shape agree with the
+  // class and with each other); otherwise exactly what ReadLayer returns for
+  // the first impossible layer, "<path>: layer i (<class>): <rule>"
+  // (Corruption), or else for the first it cannot load (NotSupported). Only
+  // checks on tensor values are left to ReadLayer. Reads no tensor byte.
+  Status Validate() const;
+
   // Builds layer `index`. With `verify`, first checks the header and this
   // layer's tensors against the stored digests: Corruption naming the tensor
   // on a mismatch, FailedPrecondition when the file has no digests.
@@ -216,10 +262,9 @@ class PromptCacheReader {
   // Hashes every tensor (in parallel) and compares with the stored digests.
   Result<VerifyReport> Verify(int threads = 0, const ProgressFn& progress = {}) const;
 
-  struct Impl;
-  const Impl& impl() const { return *impl_; }
-
  private:
+  struct Impl;
+  friend struct PromptCacheReaderInternals;  // the library's conversion code
   explicit PromptCacheReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -241,8 +286,11 @@ struct ConvertOptions {
 };
 
 // Re-writes `in` as `out` layer by layer with bounded memory (about one
-// layer plus the compression frames in flight). `out` may equal `in`: the
-// input stays mapped and is replaced atomically at the end.
+// layer plus the compression frames in flight), in `options.output.layout`
+// (SameFormatAs keeps the input's). A file with an impossible or
+// unsupported layer is refused before anything is written (as Validate).
+// `out` may equal `in`: the input stays mapped and is replaced atomically
+// at the end.
 Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string& out,
                               const ConvertOptions& options);
 
@@ -266,7 +314,9 @@ struct TranscodeOptions {
 // plain file inside is copied byte for byte, so compressing and then
 // decompressing gives back the input exactly. Streams frame by frame on all
 // cores (decompression is pipelined with the writes). Does not check
-// digests (use VerifyPromptCacheFile). `out` may equal `in`.
+// digests (use VerifyPromptCacheFile); refuses a file with an impossible
+// layer (Corruption, as Validate), copies one with a layer kvstore cannot
+// load. `out` may equal `in`.
 Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::string& out,
                                 const TranscodeOptions& options);
 

@@ -6,8 +6,10 @@
 // file's metadata (1.kvstore_model, 1.kvstore_tokens), and the file's name
 // is a hash of them, so the index is rebuilt from the files alone. Open()
 // scans the headers (no tensor bytes), drops files that are truncated,
-// unparsable, of an unknown layout, lack the keys or digests, or whose name
-// is not the one their key gives, and removes temp files of dead writers;
+// unparsable, of an unknown layout, lack the keys or digests, hold a layer
+// that cannot be loaded as its header describes it (ValidatePromptCacheFile's
+// rules), or whose name is not the one their key gives, and removes temp
+// files of dead writers;
 // a file it cannot read for an I/O error is left in place, not indexed.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares

@@ -1,8 +1,9 @@
 #include "libkvstore/cache/attention_state.h"
 
 #include <algorithm>
-#include <charconv>
 #include <string>
+
+#include "libkvstore/util/parse_int.h"
 
 namespace kvstore {
 
@@ -53,18 +54,8 @@ Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const
   if (!meta.is_string()) {
     return Bad(cls, "meta_state field " + std::string(field) + " is not a string");
   }
-  std::string_view s = meta.str();
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n'))
-    s.remove_suffix(1);
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
-    return Bad(cls, "meta_state field " + std::string(field) + " \"" + meta.str() +
-                        "\" is not an integer");
-  }
+  Result<int64_t> v = ParseInt64(meta.str(), IntSyntax::kPython);
+  if (!v.ok()) return Bad(cls, "meta_state field " + std::string(field) + " " + std::string(v.status().message()));
   return v;
 }
 

@@ -24,7 +24,7 @@ Status CheckKeysValuesState(std::string_view cls, const CacheState& state);
 Result<int64_t> TrimCount(std::string_view cls, int64_t n, int64_t available);
 
 // Parses a meta_state integer the way Python's int() does for the strings
-// mlx-lm writes: optional sign, decimal digits, surrounding whitespace.
+// mlx-lm writes (ParseInt64 with IntSyntax::kPython).
 Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const MetaState& meta);
 
 // A meta_state that is the list [fields...] of integers (ParseMetaInt each),

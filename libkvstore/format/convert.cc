@@ -16,11 +16,11 @@ namespace {
 // inputs): exactly the tensors the writer will emit, so a tensor the layout
 // stores elsewhere (mlx-swift-lm keeps ArraysCache padding in the metadata)
 // is not counted as copied.
-std::set<size_t> CopiedTensors(const PromptCacheReader::Impl& r, const Cache& layer, size_t index,
+std::set<size_t> CopiedTensors(const ReaderImpl& r, const Cache& layer, size_t index,
                                PromptCacheLayout layout) {
   std::set<size_t> copied;
   Result<FlatLayer> flat = layout == PromptCacheLayout::kMlxSwiftLm ? FlattenLayerSwift(layer, index)
-                                                                    : FlattenLayerMlxLm(layer, index);
+                                                                    : FlattenLayerMlxLm(layer, index, layout);
   if (!flat.ok()) return copied;
   for (const NamedArray& t : flat->tensors) {
     if (std::optional<size_t> i = r.ViewedTensor(t.array)) copied.insert(*i);
@@ -36,10 +36,11 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
   open.threads = options.threads;
   open.prefetch = true;
   KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(env, in, open));
-  const PromptCacheReader::Impl& r = reader->impl();
+  const ReaderImpl& r = PromptCacheReaderInternals::Of(*reader);
   if (!reader->info().unsupported.empty()) return Status::NotSupported(in + ": " + reader->info().unsupported);
   const bool check = options.verify_input && r.parsed.has_digests;
   if (check) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
+  KV_RETURN_IF_ERROR(reader->Validate());
 
   // Input bytes are checked once: compressed inputs when a layer is first
   // decompressed; plain inputs as they are copied (expected_digest below),
@@ -178,9 +179,13 @@ class PlainSink {
 
 Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::string& out,
                                 const TranscodeOptions& options) {
-  // Opening validates the header, the layout and (compressed) the seek table.
+  // Opening validates the header, the layout, the layers' structure and
+  // (compressed) the seek table.
   KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(env, in));
-  const PromptCacheReader::Impl& r = reader->impl();
+  // The bytes are copied as they are, but an impossible layer is not passed
+  // on (a layer kvstore merely cannot load is).
+  if (Status s = reader->Validate(); s.IsCorruption()) return s;
+  const ReaderImpl& r = PromptCacheReaderInternals::Of(*reader);
   const uint64_t header_bytes = r.header.data_offset();
   const uint64_t total = header_bytes + r.header.data_size;
   const int threads = options.threads > 0 ? options.threads : DefaultThreads();

@@ -1,49 +1,31 @@
 // Building a cache from a parsed layer description, and what the header
 // alone says about it (docs/format.md §5).
-#include "kvstore/arrays_cache.h"
 #include "kvstore/cache_list.h"
 #include "kvstore/chunked_kv_cache.h"
 #include "kvstore/kv_cache.h"
-#include "kvstore/quantize.h"
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "libkvstore/format/layout.h"
+#include "libkvstore/util/parse_int.h"
 
 namespace kvstore {
 
 namespace {
 
-Result<int64_t> MetaInt(const MetaState& m, size_t i) {
-  if (!m.is_list() || i >= m.size() || !m[i].is_string()) return Status::InvalidArgument("meta state too short");
-  std::optional<int64_t> v = ParseDecimal(m[i].str());
-  if (!v) return Status::InvalidArgument("meta state entry \"" + m[i].str() + "\" is not an integer");
-  return *v;
-}
-
 // A cache saved before its first update (mlx-swift-lm writes no tensors for
-// it): the class with the meta state's parameters and no buffers.
+// it): the class with the meta state's parameters and no buffers. The
+// class's own meta_state setter checks the parameters.
 Result<std::unique_ptr<Cache>> EmptyCache(const ParsedLayer& layer) {
   const std::string& c = layer.class_name;
   std::unique_ptr<Cache> cache;
-  if (c == "KVCache") return std::unique_ptr<Cache>(std::make_unique<KVCache>());
-  if (c == "RotatingKVCache") {
-    KV_ASSIGN_OR_RETURN(int64_t keep, MetaInt(layer.meta, 0));
-    KV_ASSIGN_OR_RETURN(int64_t max_size, MetaInt(layer.meta, 1));
-    if (max_size < 1 || keep < 0 || keep > max_size) {
-      return Status::InvalidArgument("RotatingKVCache: bad keep/max_size");
-    }
-    cache = std::make_unique<RotatingKVCache>(max_size, keep);
+  if (c == "KVCache") {
+    cache = std::make_unique<KVCache>();
+  } else if (c == "RotatingKVCache") {
+    cache = std::make_unique<RotatingKVCache>(0, 0);
   } else if (c == "QuantizedKVCache") {
-    KV_ASSIGN_OR_RETURN(int64_t group, MetaInt(layer.meta, 1));
-    KV_ASSIGN_OR_RETURN(int64_t bits, MetaInt(layer.meta, 2));
-    if (bits < 1 || bits > 8 || group < 1 || group > 128 ||
-        !IsSupportedQuantization(static_cast<int>(bits), static_cast<int>(group))) {
-      return Status::InvalidArgument("QuantizedKVCache: unsupported bits/group_size");
-    }
-    cache = std::make_unique<QuantizedKVCache>(static_cast<int>(group), static_cast<int>(bits));
+    cache = std::make_unique<QuantizedKVCache>();
   } else if (c == "ChunkedKVCache") {
-    KV_ASSIGN_OR_RETURN(int64_t chunk, MetaInt(layer.meta, 0));
-    cache = std::make_unique<ChunkedKVCache>(chunk);
+    cache = std::make_unique<ChunkedKVCache>(std::nullopt);
   } else {
     return Status::InvalidArgument(c + " has no tensors");
   }
@@ -68,20 +50,15 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const Tensor
     return std::unique_ptr<Cache>(std::make_unique<CacheList>(std::move(children)));
   }
   if (layer.empty_state) return EmptyCache(layer);
-  if (layer.legacy_arrays) {
-    std::unique_ptr<ArraysCache> legacy = layer.class_name == "MambaCache" ? std::make_unique<MambaCache>()
-                                                                           : std::make_unique<ArraysCache>(0);
-    KV_RETURN_IF_ERROR(legacy->SetLegacyState(layer.state.Resolve(arrays)));
-    KV_RETURN_IF_ERROR(legacy->SetMetaState(layer.meta));
-    return std::unique_ptr<Cache>(std::move(legacy));
-  }
   return CacheFromState(layer.class_name, layer.state.Resolve(arrays), layer.meta);
 }
 
 std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header) {
   const std::string& c = layer.class_name;
   auto meta_int = [&](size_t i) -> std::optional<int64_t> {
-    Result<int64_t> v = MetaInt(layer.meta, i);
+    const MetaState& m = layer.meta;
+    if (!m.is_list() || i >= m.size() || !m[i].is_string()) return std::nullopt;
+    Result<int64_t> v = ParseInt64(m[i].str(), IntSyntax::kPython);
     return v.ok() ? std::optional<int64_t>(*v) : std::nullopt;
   };
   if (c == "RotatingKVCache") return meta_int(2);

@@ -3,9 +3,9 @@
 #include "libkvstore/format/layout.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include "libkvstore/format/digests.h"
+#include "libkvstore/util/parse_int.h"
 
 namespace kvstore {
 
@@ -25,30 +25,18 @@ CacheState TensorTree::Resolve(const TensorArrays& arrays) const {
   return CacheState(std::move(list));
 }
 
-std::optional<int64_t> ParseDecimal(std::string_view s) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
 namespace {
-
-constexpr std::string_view kSwiftStatePrefix = "__mlx_lm_state_";
-constexpr std::string_view kSwiftStateClassPrefix = "__mlx_lm_state_v1__:";
-constexpr std::string_view kSwiftStateTensorPrefix = "__mlx_lm_state_tensor_";
 
 // "{i}_keys" / "{i}_values" -> (i, is_keys)
 std::optional<std::pair<size_t, bool>> LegacyName(std::string_view name) {
   const size_t u = name.find('_');
-  if (u == 0 || u == std::string_view::npos || u > 6) return std::nullopt;
-  size_t index = 0;
-  auto [end, ec] = std::from_chars(name.data(), name.data() + u, index);
-  if (ec != std::errc() || end != name.data() + u) return std::nullopt;
+  if (u == 0 || u == std::string_view::npos || u > 6 || name[0] == '-') return std::nullopt;
+  Result<int64_t> index = ParseInt64(name.substr(0, u));
+  if (!index.ok()) return std::nullopt;
   if (u > 1 && name[0] == '0') return std::nullopt;  // "01_keys" would alias "1_keys"
   const std::string_view suffix = name.substr(u + 1);
   if (suffix != "keys" && suffix != "values") return std::nullopt;
-  return std::make_pair(index, suffix == "keys");
+  return std::make_pair(static_cast<size_t>(*index), suffix == "keys");
 }
 
 bool IsLegacyFile(const SafetensorsHeader& h) {
@@ -149,6 +137,8 @@ Status ParseMlxLmLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
     return Status::Corruption("tensors for " + std::to_string(tensor_layers->size()) + " layers but " +
                               std::to_string(layers) + " class names");
   }
+  // The first layer with an ArraysCache in each mlx-lm layout.
+  std::optional<size_t> release_layer, current_layer;
   for (size_t i = 0; i < layers; ++i) {
     ParsedLayer layer;
     layer.class_name = layer.stored_class = meta.classes[i];
@@ -159,13 +149,18 @@ Status ParseMlxLmLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
       layer.state = std::move(state).value();
     }
     CollectTensors(layer.state, layer.tensors);
-    // Pre-2026-08 ArraysCache files hold a flat slot list (spec §14.8).
-    layer.legacy_arrays = (layer.class_name == "ArraysCache" || layer.class_name == "MambaCache") &&
-                          !layer.state.items.empty() &&
-                          layer.state.items[0].kind == TensorTree::Kind::kTensor;
+    const ArraysCacheForms forms = NormalizeArraysCaches(layer);
+    if (forms.release && !release_layer) release_layer = i;
+    if (forms.current && !current_layer) current_layer = i;
     DescribeChildren(layer);
     out.layers.push_back(std::move(layer));
   }
+  if (release_layer && current_layer) {
+    return Status::Corruption("layers disagree on the ArraysCache layout: layer " + std::to_string(*release_layer) +
+                              " is laid out as mlx-lm 0.31 writes it, layer " + std::to_string(*current_layer) +
+                              " as the current mlx-lm does");
+  }
+  if (release_layer) out.layout = PromptCacheLayout::kMlxLm031;
   return Status::OK();
 }
 
@@ -251,29 +246,6 @@ Result<ParsedFile> ParseLayout(const SafetensorsHeader& h) {
     return out;
   }
   KV_RETURN_IF_ERROR(ParseMlxLmLayers(h, meta, out));
-  return out;
-}
-
-// ---- Writing (mlx-lm) ----
-
-Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index) {
-  const std::string i = std::to_string(index);
-  Result<CacheState> state = cache.State();
-  if (!state.ok()) {
-    return Status::InvalidArgument("layer " + i + " (" + std::string(cache.class_name()) +
-                                   ") cannot be saved: " + std::string(state.status().message()));
-  }
-  const MetaState meta = cache.meta_state();
-  if (cache.class_name() == "ChunkedKVCache" && meta.is_list() && meta.size() > 0 && meta[0].is_string() &&
-      meta[0].str() == "None") {
-    return Status::InvalidArgument("layer " + i + " (ChunkedKVCache) has chunk size None, which mlx-lm cannot load");
-  }
-  FlatLayer out;
-  KV_RETURN_IF_ERROR(FlattenState(*state, i, out.tensors).WithPrefix("layer " + i));
-  FlattenMeta(meta, "0." + i, out.metadata);
-  // MambaCache is saved under mlx-lm's current name (docs/compat.md).
-  const std::string_view cls = cache.class_name() == "MambaCache" ? "ArraysCache" : cache.class_name();
-  out.metadata.emplace_back("2." + i, std::string(cls));
   return out;
 }
 

@@ -52,8 +52,6 @@ struct ParsedLayer {
   TensorTree state;          // in mlx-lm's shape
   std::vector<size_t> tensors;  // every tensor of the layer (header indices)
   std::vector<ParsedLayer> children;  // CacheList children
-  // Pre-2026-08 ArraysCache: `state` is the flat slot list.
-  bool legacy_arrays = false;
   // mlx-swift-lm: a cache saved before its first update (no tensors); built
   // from the meta state alone.
   bool empty_state = false;
@@ -61,8 +59,11 @@ struct ParsedLayer {
   // nested state.
   bool build_from_children = false;
   // Set when the layer can be inspected but not loaded (a class only
-  // mlx-swift-lm has, an unknown class).
+  // mlx-swift-lm has).
   Status unsupported;
+  // Set by CheckLayers when a load would refuse the layer: Corruption naming
+  // the class's rule, NotSupported for a class kvstore does not know.
+  Status problem;
 };
 
 struct ParsedFile {
@@ -84,14 +85,50 @@ Result<ParsedFile> ParseLayout(const SafetensorsHeader& header);
 // least) this layer's tensors.
 Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const TensorArrays& arrays);
 
+// A BuildLayer error as a load reports it: a state the class refuses is a
+// malformed file (Corruption), a class we do not know a file we cannot read
+// (NotSupported).
+Status FileError(const Status& build_error);
+
+// Header-only validation (layer_check.cc): sets each layer's `problem` to
+// what BuildLayer would return for it, building it over placeholder arrays
+// with the header's dtypes and shapes; reads no tensor byte.
+// ResourceExhausted when the placeholders cannot be mapped.
+Status CheckLayers(const SafetensorsHeader& header, std::vector<ParsedLayer>& layers);
+
 // The offset the layer's cache has after load, from the header alone;
 // nullopt for classes without a scalar offset.
 std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header);
 
-// A whole string as a plain decimal int64 ("-" allowed); nullopt otherwise.
-std::optional<int64_t> ParseDecimal(std::string_view s);
+// ---- The two mlx-lm layouts of ArraysCache (layout_arrays.cc) ----
+
+// mlx-lm's current ArraysCache state [slots, None, None] around a flat slot
+// list (None padding is mlx-lm's empty F32 array).
+TensorTree ArraysStateFromSlots(TensorTree slots);
+
+// Which ArraysCache layouts a layer uses (CacheList children included).
+struct ArraysCacheForms {
+  bool release = false;  // mlx-lm 0.31's flat slot list
+  bool current = false;  // [slots, left_padding, lengths]
+};
+// Rewrites every ArraysCache/MambaCache state of `layer` laid out as mlx-lm
+// 0.31 wrote it into the current shape, so both load alike.
+ArraysCacheForms NormalizeArraysCaches(ParsedLayer& layer);
+
+// The state and meta_state the mlx-lm of `layout` saves for `cache`:
+// ArraysCaches in that version's layout (InvalidArgument for padding the
+// 0.31 layout cannot hold: NotSupported), MambaCache children named ArraysCache.
+Result<CacheState> MlxLmState(const Cache& cache, PromptCacheLayout layout);
+MetaState MlxLmMeta(const Cache& cache);
 
 // ---- mlx-swift-lm (layout_swift.cc, layout_swift_write.cc) ----
+
+// mlx-swift-lm's model state (which kvstore cannot load): "1.<prefix>*"
+// metadata keys, "<tensor prefix>*" tensors and class names carrying the
+// class prefix.
+inline constexpr std::string_view kSwiftStatePrefix = "__mlx_lm_state_";
+inline constexpr std::string_view kSwiftStateClassPrefix = "__mlx_lm_state_v1__:";
+inline constexpr std::string_view kSwiftStateTensorPrefix = "__mlx_lm_state_tensor_";
 
 // Deepest CacheList nesting read or written in mlx-swift-lm's flat layout.
 inline constexpr int kMaxSwiftCacheListDepth = 8;
@@ -121,9 +158,11 @@ struct FlatLayer {
   Metadata metadata;  // meta-state entries and the class-name entry
 };
 
-// mlx-lm's save_prompt_cache flattening of layer `index`. InvalidArgument
-// for a cache mlx-lm cannot save (empty, a None slot).
-Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index);
+// mlx-lm's save_prompt_cache flattening of layer `index` as the mlx-lm of
+// `layout` (kMlxLm or kMlxLm031) lays it out. InvalidArgument for a cache
+// that mlx-lm cannot save (empty, a None slot), NotSupported for one that
+// layout cannot hold (ArraysCache padding in kMlxLm031).
+Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index, PromptCacheLayout layout);
 // mlx-swift-lm's savePromptCache flattening of layer `index`. NotSupported
 // for classes mlx-swift-lm cannot load (the batch caches).
 Result<FlatLayer> FlattenLayerSwift(const Cache& cache, size_t index);

@@ -10,11 +10,11 @@
 
 #include "kvstore/arrays_cache.h"
 #include "libkvstore/format/layout.h"
+#include "libkvstore/util/parse_int.h"
 
 namespace kvstore {
 namespace {
 
-constexpr std::string_view kSwiftStateTensorPrefix = "__mlx_lm_state_tensor_";
 constexpr size_t kMaxCsvValues = size_t{1} << 20;
 
 Status Bad(size_t layer, const std::string& what) {
@@ -27,8 +27,8 @@ std::optional<std::vector<int64_t>> ParseCsv(std::string_view s) {
   if (s.empty()) return out;
   while (true) {
     const size_t comma = s.find(',');
-    std::optional<int64_t> v = ParseDecimal(s.substr(0, comma));
-    if (!v || out.size() >= kMaxCsvValues) return std::nullopt;
+    Result<int64_t> v = ParseInt64(s.substr(0, comma));
+    if (!v.ok() || out.size() >= kMaxCsvValues) return std::nullopt;
     out.push_back(*v);
     if (comma == std::string_view::npos) return out;
     s.remove_prefix(comma + 1);
@@ -106,8 +106,8 @@ Result<std::vector<int64_t>> Ints(const SwiftInput& in, const std::vector<std::s
                                   const std::string& cls) {
   std::vector<int64_t> out;
   for (size_t i = 0; i < n; ++i) {
-    std::optional<int64_t> v = ParseDecimal(meta[i]);
-    if (!v) return Bad(in.layer, cls + " meta state entry \"" + meta[i] + "\" is not an integer");
+    Result<int64_t> v = ParseInt64(meta[i]);
+    if (!v.ok()) return Bad(in.layer, cls + " meta state entry " + std::string(v.status().message()));
     out.push_back(*v);
   }
   return out;
@@ -135,10 +135,11 @@ Result<ParsedLayer> ParseSwiftLayer(const SwiftInput& in, const std::string& cls
 
 Status ParseArraysCache(const SwiftInput& in, const std::vector<std::string>& meta, ParsedLayer& layer) {
   layer.meta = MetaState("");
-  const std::optional<int64_t> slot_count = meta.size() >= 2 ? ParseDecimal(meta[0]) : std::nullopt;
-  if (!slot_count) {  // Swift's legacy form: meta [""], the slots compacted
-    layer.legacy_arrays = true;
-    for (size_t t : layer.tensors) layer.state.items.push_back(TensorTree::Tensor(t));
+  const Result<int64_t> slot_count = meta.size() >= 2 ? ParseInt64(meta[0]) : ParseInt64("");
+  if (!slot_count.ok()) {  // Swift's legacy form: meta [""], the slots compacted
+    TensorTree slots;
+    for (size_t t : layer.tensors) slots.items.push_back(TensorTree::Tensor(t));
+    layer.state = ArraysStateFromSlots(std::move(slots));
     return Status::OK();
   }
   if (*slot_count < 0 || static_cast<size_t>(*slot_count) > ArraysCache::kMaxSlots) {
@@ -173,8 +174,8 @@ Status ParseArraysCache(const SwiftInput& in, const std::vector<std::string>& me
 
 Status ParseCacheList(const SwiftInput& in, const std::vector<std::string>& meta, ParsedLayer& layer, int depth) {
   if (depth >= kMaxSwiftCacheListDepth) return Bad(in.layer, "CacheList nesting too deep");
-  const std::optional<int64_t> count = meta.empty() ? std::nullopt : ParseDecimal(meta[0]);
-  if (!count || *count < 0 || static_cast<size_t>(*count) > meta.size()) {
+  const Result<int64_t> count = ParseInt64(meta.empty() ? "" : meta[0]);
+  if (!count.ok() || *count < 0 || static_cast<size_t>(*count) > meta.size()) {
     return Bad(in.layer, "CacheList child count is missing or out of range");
   }
   size_t m = 1, t = 0;
@@ -182,10 +183,10 @@ Status ParseCacheList(const SwiftInput& in, const std::vector<std::string>& meta
   for (int64_t c = 0; c < *count; ++c) {
     if (m + 3 > meta.size()) return Bad(in.layer, "CacheList meta state is truncated");
     const std::string& child_class = meta[m];
-    const std::optional<int64_t> n_state = ParseDecimal(meta[m + 1]);
-    const std::optional<int64_t> n_meta = ParseDecimal(meta[m + 2]);
+    const Result<int64_t> n_state = ParseInt64(meta[m + 1]);
+    const Result<int64_t> n_meta = ParseInt64(meta[m + 2]);
     m += 3;
-    if (!n_state || !n_meta || *n_state < 0 || *n_meta < 0 ||
+    if (!n_state.ok() || !n_meta.ok() || *n_state < 0 || *n_meta < 0 ||
         static_cast<uint64_t>(*n_meta) > meta.size() - m ||
         static_cast<uint64_t>(*n_state) > layer.tensors.size() - t) {
       return Bad(in.layer, "CacheList child " + std::to_string(c) + " counts are invalid or out of range");
@@ -283,8 +284,8 @@ Result<bool> IsSwiftLayout(const SafetensorsHeader& h, const MetaTrees& meta) {
   for (const TensorInfo& t : h.tensors) {
     const size_t dot = t.name.find('.');
     if (dot == std::string::npos) continue;
-    std::optional<int64_t> i = ParseDecimal(std::string_view(t.name).substr(0, dot));
-    if (!i || *i < 0 || static_cast<size_t>(*i) >= layers) continue;
+    Result<int64_t> i = ParseInt64(std::string_view(t.name).substr(0, dot));
+    if (!i.ok() || *i < 0 || static_cast<size_t>(*i) >= layers) continue;
     LayerEvidence& e = evidence[static_cast<size_t>(*i)];
     ++e.tensors;
     e.nested_tensor_names = e.nested_tensor_names || t.name.find('.', dot + 1) != std::string::npos;
@@ -330,9 +331,10 @@ Status ParseSwiftLayers(const SafetensorsHeader& h, const MetaTrees& meta, Parse
     const std::string& name = h.tensors[k].name;
     if (name.starts_with(kSwiftStateTensorPrefix)) continue;
     const size_t dot = name.find('.');
-    std::optional<int64_t> i = dot == std::string::npos ? std::nullopt : ParseDecimal(std::string_view(name).substr(0, dot));
-    std::optional<int64_t> j = dot == std::string::npos ? std::nullopt : ParseDecimal(std::string_view(name).substr(dot + 1));
-    if (!i || !j || *i < 0 || *j < 0 || static_cast<size_t>(*i) >= layers ||
+    const std::string_view sv(name);
+    Result<int64_t> i = ParseInt64(dot == std::string::npos ? "" : sv.substr(0, dot));
+    Result<int64_t> j = ParseInt64(dot == std::string::npos ? "" : sv.substr(dot + 1));
+    if (!i.ok() || !j.ok() || *i < 0 || *j < 0 || static_cast<size_t>(*i) >= layers ||
         name != std::to_string(*i) + "." + std::to_string(*j)) {
       return Status::Corruption("mlx-swift-lm: tensor name \"" + name + "\" is not <layer>.<index>");
     }

@@ -51,6 +51,8 @@ Result<LoadedPromptCache> LoadPromptCache(Env* env, const std::string& path, con
     if (!report.mismatches.empty()) return Status::Corruption(path + ": " + MismatchMessage(report));
     out.verified = true;
   }
+  // Impossible layers are refused before any layer is built.
+  KV_RETURN_IF_ERROR(reader->Validate());
   for (size_t i = 0; i < reader->num_layers(); ++i) {
     KV_ASSIGN_OR_RETURN(std::shared_ptr<Cache> layer, reader->ReadLayer(i));
     out.cache.push_back(std::move(layer));
@@ -65,10 +67,16 @@ Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path, c
   return reader->info();
 }
 
+Status ValidatePromptCacheFile(Env* env, const std::string& path, const ParseLimits& limits) {
+  PromptCacheReader::Options open;
+  open.limits = limits;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(env, path, open));
+  return reader->Validate();
+}
+
 SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info) {
   SavePromptCacheOptions options;
-  options.layout = info.layout == PromptCacheLayout::kMlxSwiftLm ? PromptCacheLayout::kMlxSwiftLm
-                                                                 : PromptCacheLayout::kMlxLm;
+  options.layout = info.layout == PromptCacheLayout::kMlxLmLegacy ? PromptCacheLayout::kMlxLm : info.layout;
   if (info.compression) {
     const bool planes = info.compression->codec == ZstdCodecName(ZstdCodec::kBytePlane);
     options.codec = planes ? ZstdCodec::kBytePlane : ZstdCodec::kZstd;

@@ -18,8 +18,17 @@ std::string_view LayoutName(PromptCacheLayout layout) {
     case PromptCacheLayout::kMlxLm: return "mlx-lm";
     case PromptCacheLayout::kMlxSwiftLm: return "mlx-swift-lm";
     case PromptCacheLayout::kMlxLmLegacy: return "mlx-lm-legacy";
+    case PromptCacheLayout::kMlxLm031: return "mlx-lm-0.31";
   }
   return "unknown";
+}
+
+std::optional<PromptCacheLayout> LayoutFromName(std::string_view name) {
+  for (PromptCacheLayout l : {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxSwiftLm, PromptCacheLayout::kMlxLmLegacy,
+                              PromptCacheLayout::kMlxLm031}) {
+    if (LayoutName(l) == name) return l;
+  }
+  return std::nullopt;
 }
 
 bool IsKvstoreMetadataKey(std::string_view user_key) {
@@ -76,10 +85,15 @@ LayerInfo DescribeLayer(const ParsedLayer& layer, size_t index, const Safetensor
   }
   for (size_t c = 0; c < layer.children.size(); ++c) info.children.push_back(DescribeLayer(layer.children[c], c, h));
   if (!layer.unsupported.ok()) info.unsupported = std::string(layer.unsupported.message());
+  if (layer.problem.IsNotSupported()) {
+    info.unsupported = std::string(layer.problem.message());
+  } else if (!layer.problem.ok()) {
+    info.errors.emplace_back(layer.problem.message());
+  }
   return info;
 }
 
-void ReadDigests(PromptCacheReader::Impl& r) {
+void ReadDigests(ReaderImpl& r) {
   auto tensors_json = r.header.FindMetadata(kTensorDigestsMetaKey);
   auto header_hex = r.header.FindMetadata(kHeaderDigestMetaKey);
   if (!tensors_json || !header_hex) return;
@@ -194,6 +208,10 @@ std::optional<int64_t> PromptCacheInfo::tokens() const {
   return best;
 }
 
+bool PromptCacheInfo::valid() const {
+  return std::all_of(layers.begin(), layers.end(), [](const LayerInfo& l) { return l.errors.empty(); });
+}
+
 std::string PromptCacheInfo::format() const {
   return compression ? "safetensors+" + compression->codec : "safetensors";
 }
@@ -244,6 +262,7 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   Result<ParsedFile> parsed = ParseLayout(r->header);
   if (!parsed.ok()) return parsed.status().WithPrefix(path);
   r->parsed = std::move(parsed).value();
+  KV_RETURN_IF_ERROR(CheckLayers(r->header, r->parsed.layers).WithPrefix(path));
   ReadDigests(*r);
 
   PromptCacheInfo& info = r->info;
@@ -264,23 +283,14 @@ const std::string& PromptCacheReader::path() const { return impl_->path; }
 Result<std::shared_ptr<Cache>> PromptCacheReader::ReadLayer(size_t index, bool verify) const {
   const Impl& r = *impl_;
   const ParsedLayer& layer = r.parsed.layers[index];
-  const std::string where = r.path + ": layer " + std::to_string(index) + " (" + layer.stored_class + ")";
   KV_RETURN_IF_ERROR(r.parsed.unsupported.WithPrefix(r.path));
-  if (!layer.unsupported.ok()) {
-    return Status::NotSupported(where + ": " + std::string(layer.unsupported.message()));
-  }
+  // Refused from the header alone, before any byte is read.
+  KV_RETURN_IF_ERROR(r.LayerProblem(index));
   if (verify) KV_RETURN_IF_ERROR(r.CheckHeaderDigest());
   KV_ASSIGN_OR_RETURN(TensorArrays arrays, r.Fetch(layer.tensors));
   if (verify) KV_RETURN_IF_ERROR(r.CheckTensors(layer.tensors, arrays));
   Result<std::unique_ptr<Cache>> built = BuildLayer(layer, arrays);
-  if (!built.ok()) {
-    const Status& s = built.status();
-    // A state the class refuses is a malformed file, not a caller error; a
-    // class we do not know is a file we cannot read.
-    if (s.code() == StatusCode::kInvalidArgument) return Status::Corruption(where + ": " + std::string(s.message()));
-    if (s.code() == StatusCode::kNotFound) return Status::NotSupported(where + ": " + std::string(s.message()));
-    return s.WithPrefix(where);
-  }
+  if (!built.ok()) return FileError(built.status()).WithPrefix(r.LayerWhere(index));
   return std::shared_ptr<Cache>(std::move(built).value());
 }
 

@@ -1,5 +1,6 @@
 // PromptCacheReader's state, shared with the conversion code (convert.cc),
-// which checks the bytes it copies against the input's stored digests.
+// which checks the bytes it copies against the input's stored digests. Not
+// part of the public API: the public header only names the friend below.
 #ifndef KVSTORE_LIBKVSTORE_FORMAT_READER_IMPL_H_
 #define KVSTORE_LIBKVSTORE_FORMAT_READER_IMPL_H_
 
@@ -52,7 +53,20 @@ struct PromptCacheReader::Impl {
   // FailedPrecondition without digests, Corruption when the header digest
   // does not match.
   Status CheckHeaderDigest() const;
+
+  // How a load names layer `index`: "<path>: layer i (<class>)".
+  std::string LayerWhere(size_t index) const;
+  // What header-only validation found for layer `index` (OK when nothing),
+  // as ReadLayer returns it (layer_check.cc).
+  Status LayerProblem(size_t index) const;
 };
+
+// The library's access to a reader's state.
+struct PromptCacheReaderInternals {
+  using Impl = PromptCacheReader::Impl;
+  static const Impl& Of(const PromptCacheReader& reader) { return *reader.impl_; }
+};
+using ReaderImpl = PromptCacheReaderInternals::Impl;
 
 }  // namespace kvstore
 

@@ -28,7 +28,7 @@ class LayerCursor {
     if (*cache == nullptr) return Status::InvalidArgument("layer " + std::to_string(index) + " is null");
     KV_ASSIGN_OR_RETURN(FlatLayer flat, layout_ == PromptCacheLayout::kMlxSwiftLm
                                             ? FlattenLayerSwift(**cache, index)
-                                            : FlattenLayerMlxLm(**cache, index));
+                                            : FlattenLayerMlxLm(**cache, index, layout_));
     flat_ = std::move(flat);
     index_ = index;
     return &*flat_;

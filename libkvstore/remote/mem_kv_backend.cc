@@ -14,6 +14,7 @@ class MemKvBackend final : public KvBackend {
  public:
   Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) override {
     std::lock_guard<std::mutex> l(mu_);
+    ++calls_;
     std::vector<std::optional<std::string>> out;
     out.reserve(keys.size());
     for (const std::string& k : keys) {
@@ -26,6 +27,7 @@ class MemKvBackend final : public KvBackend {
   Result<std::optional<std::string>> GetRange(std::string_view key, int64_t start,
                                               int64_t length) override {
     std::lock_guard<std::mutex> l(mu_);
+    ++calls_;
     auto it = map_.find(key);
     if (it == map_.end()) return std::optional<std::string>();
     const std::string& v = it->second;
@@ -36,6 +38,7 @@ class MemKvBackend final : public KvBackend {
 
   Result<std::vector<bool>> Exists(std::span<const std::string> keys) override {
     std::lock_guard<std::mutex> l(mu_);
+    ++calls_;
     std::vector<bool> out;
     out.reserve(keys.size());
     for (const std::string& k : keys) out.push_back(map_.count(k) != 0);
@@ -44,6 +47,7 @@ class MemKvBackend final : public KvBackend {
 
   Result<std::vector<bool>> PutIfAbsent(std::span<const KvPut> items) override {
     std::lock_guard<std::mutex> l(mu_);
+    ++calls_;
     std::vector<bool> out;
     out.reserve(items.size());
     for (const KvPut& p : items) {
@@ -54,12 +58,14 @@ class MemKvBackend final : public KvBackend {
 
   Status Delete(std::span<const std::string> keys) override {
     std::lock_guard<std::mutex> l(mu_);
+    ++calls_;
     for (const std::string& k : keys) map_.erase(k);
     return Status::OK();
   }
 
   Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) override {
     std::lock_guard<std::mutex> l(mu_);
+    ++calls_;
     std::vector<std::string> out;
     for (auto it = map_.lower_bound(prefix); it != map_.end() && out.size() < limit; ++it) {
       if (!std::string_view(it->first).starts_with(prefix)) break;
@@ -70,8 +76,14 @@ class MemKvBackend final : public KvBackend {
 
   std::string Describe() const override { return "memory"; }
 
+  KvBackendStats Stats() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return KvBackendStats{.calls = calls_};
+  }
+
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  uint64_t calls_ = 0;
   std::map<std::string, std::string, std::less<>> map_;
 };
 

@@ -30,6 +30,9 @@ Json LayerJson(const LayerInfo& layer) {
   Json children = Json::MakeArray();
   for (const LayerInfo& c : layer.children) children.Push(LayerJson(c));
   out["children"] = std::move(children);
+  Json errors = Json::MakeArray();
+  for (const std::string& e : layer.errors) errors.Push(Json(e));
+  out["errors"] = std::move(errors);
   if (!layer.unsupported.empty()) out["unsupported"] = Json(layer.unsupported);
   return out;
 }
@@ -49,6 +52,7 @@ Json PromptCacheInfoJson(const PromptCacheInfo& info, std::string_view path,
   out["path"] = Json(path);
   out["format"] = Json(info.format());
   out["layout"] = Json(std::string(LayoutName(info.layout)));
+  out["valid"] = Json(info.valid());
   out["file_bytes"] = Json(info.file_bytes);
   out["tensor_bytes"] = Json(info.tensor_bytes);
   if (info.compression) {

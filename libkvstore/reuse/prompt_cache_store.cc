@@ -75,10 +75,18 @@ struct ScannedFile {
 };
 
 // Reads the header of a file (no tensor bytes); it must be one of our
-// files with digests and a key.
+// files with digests and a key, and every layer must be loadable as the
+// header describes it (PromptCacheInfo::valid), so an impossible file is
+// dropped at Open instead of failing each fetch.
 Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
   KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(env, path));
   if (!info.has_digests) return Status::Corruption("not a store entry: no digests");
+  if (!info.unsupported.empty()) return Status::NotSupported("not loadable: " + info.unsupported);
+  for (const LayerInfo& layer : info.layers) {
+    if (!layer.errors.empty()) {
+      return Status::Corruption("layer " + std::to_string(layer.index) + ": " + layer.errors.front());
+    }
+  }
   std::optional<StoreKey> key = StoreKeyFromMetadata(info.user_metadata);
   if (!key) return Status::Corruption("not a store entry: no valid model/tokens keys");
   return ScannedFile{std::move(*key), static_cast<int64_t>(info.file_bytes)};
@@ -167,7 +175,12 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
 Status PromptCacheStore::Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache) {
   if (tokens.empty()) return Status::InvalidArgument("PromptCacheStore: empty token key");
   const std::string file = StoreFileName(model, tokens);
-  KV_RETURN_IF_ERROR(SavePromptCache(impl_->env, impl_->Path(file), cache, StoreKeyMetadata(model, tokens)));
+  // The store reads its own files only, so it writes mlx-lm's current
+  // layout, which (unlike the 0.31 release's) holds every ArraysCache.
+  SavePromptCacheOptions options;
+  options.layout = PromptCacheLayout::kMlxLm;
+  KV_RETURN_IF_ERROR(
+      SavePromptCache(impl_->env, impl_->Path(file), cache, StoreKeyMetadata(model, tokens), options));
   KV_ASSIGN_OR_RETURN(uint64_t size, impl_->env->GetFileSize(impl_->Path(file)));
   std::lock_guard<std::mutex> l(impl_->mu);
   impl_->AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},

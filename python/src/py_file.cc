@@ -96,31 +96,41 @@ void Save(const std::filesystem::path& file, py::handle layers, py::handle metad
   ThrowIfError(s);
 }
 
+// Raises `status` as its exception with `info` attached (what kvtool prints
+// before it exits non-zero).
+[[noreturn]] void ThrowWithInfo(const Status& status, const py::object& info) {
+  try {
+    ThrowStatus(status);
+  } catch (py::error_already_set& e) {
+    e.value().attr("info") = info;
+    throw;
+  }
+}
+
 py::object Inspect(const std::filesystem::path& file, bool verify) {
   const std::string path = file.string();
   std::optional<bool> verified;
   std::vector<std::string> mismatches;
-  auto info = [&]() -> Result<PromptCacheInfo> {
+  std::unique_ptr<PromptCacheReader> reader;
+  Status open = [&]() -> Status {
     py::gil_scoped_release release;
-    KV_ASSIGN_OR_RETURN(PromptCacheInfo i, ReadPromptCacheInfo(Env::Default(), path));
-    if (verify && i.has_digests) {
-      KV_ASSIGN_OR_RETURN(VerifyReport report, VerifyPromptCacheFile(Env::Default(), path));
+    KV_ASSIGN_OR_RETURN(reader, PromptCacheReader::Open(Env::Default(), path));
+    if (verify && reader->info().has_digests) {
+      KV_ASSIGN_OR_RETURN(VerifyReport report, reader->Verify());
       verified = report.ok();
       mismatches = report.mismatches;
     }
-    return i;
+    return Status::OK();
   }();
-  py::object out = JsonToPython(PromptCacheInfoJson(Unwrap(std::move(info)), path, verified));
+  ThrowIfError(open);
+  py::object out = JsonToPython(PromptCacheInfoJson(reader->info(), path, verified));
   if (verified && !*verified) {
     std::string what;
     for (const auto& m : mismatches) what += (what.empty() ? "" : ", ") + m;
-    try {
-      ThrowStatus(Status::Corruption(path + ": verification failed: " + what));
-    } catch (py::error_already_set& e) {
-      e.value().attr("info") = out;
-      throw;
-    }
+    ThrowWithInfo(Status::Corruption(path + ": verification failed: " + what), out);
   }
+  // As kvtool: the first impossible layer, else what cannot be loaded.
+  if (Status s = reader->Validate(); !s.ok()) ThrowWithInfo(s, out);
   return out;
 }
 
@@ -174,7 +184,8 @@ py::object JsonToPython(const Json& value) {
 }
 
 // The layouts save() and convert() write, by name (exported as kvstore._kvstore.LAYOUTS).
-constexpr PromptCacheLayout kWritableLayouts[] = {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxSwiftLm};
+constexpr PromptCacheLayout kWritableLayouts[] = {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxLm031,
+                                                  PromptCacheLayout::kMlxSwiftLm};
 
 PromptCacheLayout ParseLayoutName(const std::string& name) {
   std::string names;

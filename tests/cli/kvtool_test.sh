@@ -24,11 +24,14 @@ expect_exit() {  # expect_exit CODE MESSAGE_SUBSTRING -- args...
 f16=$fixtures/mlx-lm/kvcache_f16_4l.safetensors
 
 # Golden output (human and JSON) for several fixtures.
-for name in kvcache_f16_4l cachelist_kv_rotating quantized_b4_g64 arrayscache_basic; do
-  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect "$name.safetensors" ) > "$tmp/$name.txt" || fail "inspect $name"
-  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect --json "$name.safetensors" ) > "$tmp/$name.json" || fail "inspect --json $name"
-  diff -u "$golden/$name.txt" "$tmp/$name.txt" || fail "inspect $name differs from golden"
-  diff -u "$golden/$name.json" "$tmp/$name.json" || fail "inspect --json $name differs from golden"
+# (golden name: the fixture's path under fixtures/mlx-lm, '/' spelled '.')
+for name in kvcache_f16_4l cachelist_kv_rotating cachelist_arrays_kv quantized_b4_g64 arrayscache_basic \
+            mlx-lm-v0.31.3/arrayscache_basic; do
+  g=${name//\//.}
+  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect "$name.safetensors" ) > "$tmp/$g.txt" || fail "inspect $name"
+  ( cd "$fixtures/mlx-lm" && "$kvtool" inspect --json "$name.safetensors" ) > "$tmp/$g.json" || fail "inspect --json $name"
+  diff -u "$golden/$g.txt" "$tmp/$g.txt" || fail "inspect $name differs from golden"
+  diff -u "$golden/$g.json" "$tmp/$g.json" || fail "inspect --json $name differs from golden"
 done
 
 # Exit codes and messages for every error class.
@@ -43,6 +46,65 @@ expect_exit 1 "" -- trim "$f16" -o "$tmp/x.safetensors"
 expect_exit 4 "no digests" -- verify "$f16"
 expect_exit 4 "not trimmable" -- trim "$fixtures/mlx-lm/arrayscache_basic.safetensors" -n 1 -o "$tmp/t.safetensors"
 
+# Header-only validation: inspect prints all it can read, then names the first
+# impossible layer and its rule (exit 3; 4 for a class kvstore does not know);
+# a re-writing or container-only convert refuses the file too.
+write_st "$tmp/cls.safetensors" '{"__metadata__":{"0.0":"","2.0":"NoSuchCache"},"0.0":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}}' 2
+# rot_header KEEP MAX_SIZE OFFSET IDX [EXTRA_METADATA]: a RotatingKVCache over F16[1, 1, 4, 2] keys/values.
+rot_header() {
+  printf '{"__metadata__":{"0.0.0":"%s","0.0.1":"%s","0.0.2":"%s","0.0.3":"%s",%s"2.0":"RotatingKVCache"},%s}' \
+    "$1" "$2" "$3" "$4" "${5:-}" '"0.0":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[0,16]},"0.1":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[16,32]}'
+}
+keep_rule="layer 0 (RotatingKVCache): RotatingKVCache: meta_state needs max_size >= 1 and 0 <= keep <= max_size, got keep 9, max_size 4"
+write_st "$tmp/keep.safetensors" "$(rot_header 9 4 4 4)" 32
+out=$("$kvtool" inspect "$tmp/keep.safetensors" 2>&1); rc=$?
+[[ $rc == 3 ]] || fail "inspect of an impossible layer exited $rc"
+[[ $out == *'0     RotatingKVCache               4  F16[1, 1, 4, 2] x2'* ]] || fail "inspect did not print the table first: $out"
+[[ $out == *"error: $keep_rule"* && $out == *"kvtool: $tmp/keep.safetensors: $keep_rule" ]] || fail "inspect: $out"
+out=$("$kvtool" inspect --json "$tmp/keep.safetensors" 2> /dev/null); rc=$?
+[[ $rc == 3 && $out == *'"valid": false'* && $out == *'"errors": ['*'"RotatingKVCache: meta_state needs max_size >= 1'* ]] ||
+  fail "inspect --json of an impossible layer ($rc): $out"
+"$kvtool" inspect --json "$f16" | grep '"valid": true' > /dev/null || fail "inspect --json valid"
+expect_exit 4 "layer 0 (NoSuchCache): unknown cache class \"NoSuchCache\"" -- inspect "$tmp/cls.safetensors"
+out=$("$kvtool" inspect --json "$tmp/cls.safetensors" 2> /dev/null)
+[[ $out == *'"valid": true'*'"unsupported": "unknown cache class \"NoSuchCache\""'* ]] || fail "inspect --json of an unknown class: $out"
+expect_exit 3 "$keep_rule" -- convert "$tmp/keep.safetensors" -o "$tmp/x.safetensors" --integrity
+expect_exit 3 "$keep_rule" -- convert "$tmp/keep.safetensors" -o "$tmp/x.safetensors" --compress
+[[ ! -e $tmp/x.safetensors ]] || fail "a refused conversion left an output"
+# One file per kind of rule (the library's tests cover every rule).
+while IFS='|' read -r header message; do
+  write_st "$tmp/h.safetensors" "$header" 32
+  expect_exit 3 "layer 0 ($message" -- inspect "$tmp/h.safetensors"
+done << 'HOSTILE'
+{"__metadata__":{"0.0.0":"0","0.0.1":"abc","0.0.2":"4","0.0.3":"4","2.0":"RotatingKVCache"},"0.0":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[0,16]},"0.1":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[16,32]}}|RotatingKVCache): RotatingKVCache: meta_state field max_size "abc" is not an integer
+{"__metadata__":{"0.0.0":"0","0.0.1":"100000000000000000000","0.0.2":"4","0.0.3":"4","2.0":"RotatingKVCache"},"0.0":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[0,16]},"0.1":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[16,32]}}|RotatingKVCache): RotatingKVCache: meta_state field max_size "100000000000000000000" is not an integer in the int64 range
+{"__metadata__":{"0.0.0":"0","0.0.1":"4","0.0.2":"4","0.0.3":"5","2.0":"RotatingKVCache"},"0.0":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[0,16]},"0.1":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[16,32]}}|RotatingKVCache): RotatingKVCache: meta_state offset 4 / _idx 5 out of range for 4 buffered rows
+{"__metadata__":{"0.0":"","2.0":"KVCache"},"0.0":{"dtype":"F16","shape":[1,4,4],"data_offsets":[0,32]}}|KVCache): KVCache: state must be a list of 2 arrays (keys, values), got 1 entries
+{"__metadata__":{"0.0":"","2.0":"KVCache"},"0.0":{"dtype":"F16","shape":[1,2,4],"data_offsets":[0,16]},"0.1":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[16,32]}}|KVCache): KVCache: keys F16[1, 2, 4] and values F16[1, 1, 4, 2] must have rank 4 [B, H, S, D]
+{"__metadata__":{"0.0":"","2.0":"KVCache"},"0.0":{"dtype":"F16","shape":[1,1,4,2],"data_offsets":[0,16]},"0.1":{"dtype":"F16","shape":[1,2,2,2],"data_offsets":[16,32]}}|KVCache): KVCache: keys F16[1, 1, 4, 2] and values F16[1, 2, 2, 2] disagree in dimension 1
+{"__metadata__":{"0.0.0":"2","0.0.1":"64","0.0.2":"7","2.0":"QuantizedKVCache"},"0.0.0":{"dtype":"U32","shape":[1,1,2,1],"data_offsets":[0,8]},"0.0.1":{"dtype":"F16","shape":[1,1,2,1],"data_offsets":[8,12]},"0.0.2":{"dtype":"F16","shape":[1,1,2,1],"data_offsets":[12,16]},"0.1.0":{"dtype":"U32","shape":[1,1,2,1],"data_offsets":[16,24]},"0.1.1":{"dtype":"F16","shape":[1,1,2,1],"data_offsets":[24,28]},"0.1.2":{"dtype":"F16","shape":[1,1,2,1],"data_offsets":[28,32]}}|QuantizedKVCache): QuantizedKVCache: meta_state bits 7 / group size 64 are not supported
+HOSTILE
+# verify checks the structure as well as the digests: digests that match do
+# not make an impossible layer loadable. with_digests KEEP FILE writes
+# rot_header with correct kvstore digests.
+with_digests() {
+  local canonical hd td
+  canonical='{"metadata":{"0.0.0":"'$1'","0.0.1":"4","0.0.2":"4","0.0.3":"4","1.kvstore_format":"kvstore/1","2.0":"RotatingKVCache"},"tensors":{"0.0":{"dtype":"F16","shape":[1,1,4,2]},"0.1":{"dtype":"F16","shape":[1,1,4,2]}}}'
+  hd=$(printf '%s' "$canonical" | sha256sum | cut -c1-64)
+  td=$(head -c 16 /dev/zero | sha256sum | cut -c1-64)
+  write_st "$2" "$(rot_header "$1" 4 4 4 '"1.kvstore_format":"kvstore/1","1.kvstore_sha256_header":"'"$hd"'","1.kvstore_sha256_tensors":"{\"0.0\":\"'"$td"'\",\"0.1\":\"'"$td"'\"}",')" 32
+}
+with_digests 1 "$tmp/good-digests.safetensors"
+expect_exit 0 "OK (1 layers well formed, 32 B verified)" -- verify "$tmp/good-digests.safetensors"
+with_digests 9 "$tmp/bad-layer.safetensors"
+expect_exit 3 "kvtool: $tmp/bad-layer.safetensors: $keep_rule" -- verify "$tmp/bad-layer.safetensors"
+[[ $("$kvtool" verify "$tmp/bad-layer.safetensors" 2>&1) != *"digest mismatch"* ]] || fail "the digests of bad-layer do not match"
+# Without digests, verify reports the structure first: 3 when broken, 4 only for the missing digests.
+expect_exit 3 "$keep_rule" -- verify "$tmp/keep.safetensors"
+out=$("$kvtool" verify "$f16" 2>&1); rc=$?
+[[ $rc == 4 && $out == *"kvcache_f16_4l.safetensors: 4 layers well formed"*"carries no digests"* ]] || fail "verify without digests ($rc): $out"
+expect_exit 4 "0 layers well formed, 1 that kvstore cannot load not checked" -- verify "$tmp/cls.safetensors"
+
 # Integrity: add digests, verify, corrupt one tensor byte, verify names it.
 expect_exit 0 "" -- convert "$f16" -o "$tmp/d.safetensors" --integrity -q
 expect_exit 0 "OK" -- verify "$tmp/d.safetensors"
@@ -55,7 +117,6 @@ expect_exit 3 "verification failed" -- inspect --verify "$tmp/bad.safetensors"
 # Unknown layout (a hand-made header: "0.a" is not an mlx-lm meta key).
 write_st "$tmp/v2.safetensors" '{"__metadata__":{"0.a":"x","1.0":"KVCache"},"0.0":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}}' 2
 expect_exit 4 "layout" -- inspect "$tmp/v2.safetensors"
-write_st "$tmp/cls.safetensors" '{"__metadata__":{"0.0":"","2.0":"NoSuchCache"},"0.0":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}}' 2
 expect_exit 4 "unknown cache class" -- convert "$tmp/cls.safetensors" -o "$tmp/x.safetensors" --integrity
 
 # convert --compress then --decompress is byte-identical; zstd -d agrees.
@@ -108,6 +169,30 @@ expect_exit 0 "" -- trim "$tmp/kvcache_f16_4l.swift" -n 5 -o "$tmp/ts.swift" -q
 "$kvtool" inspect --json "$tmp/ts.swift" | grep '"layout": "mlx-swift-lm"' > /dev/null || fail "trim changed the layout"
 "$kvtool" inspect --json "$tmp/ts.swift" | grep '"offset": 32' > /dev/null || fail "trim of a Swift file"
 
+# ArraysCache layouts of the current mlx-lm and of its 0.31 release: inspect
+# names them, a conversion keeps its input's unless --to names the other, and
+# the release's fixture and the current one convert into each other's layers.
+release=$fixtures/mlx-lm/mlx-lm-v0.31.3/arrayscache_basic.safetensors
+current=$fixtures/mlx-lm/arrayscache_basic.safetensors
+"$kvtool" inspect "$release" | grep "layout mlx-lm-0.31," > /dev/null || fail "inspect of a 0.31 file"
+expect_exit 0 "(3.3 KiB, mlx-lm-0.31)" -- convert "$release" -o "$tmp/r.safetensors" --integrity
+"$kvtool" inspect --json "$tmp/r.safetensors" | grep '"layout": "mlx-lm-0.31"' > /dev/null || fail "convert changed the layout"
+expect_exit 0 "mlx-lm)" -- convert "$release" -o "$tmp/c.safetensors" --to mlx-lm
+expect_exit 0 "mlx-lm-0.31)" -- convert "$current" -o "$tmp/r2.safetensors" --to mlx-lm-0.31
+for pair in "$release:$tmp/r2.safetensors" "$current:$tmp/c.safetensors"; do
+  out=$("$kvtool" diff "${pair%%:*}" "${pair##*:}" --max-error 0) || fail "diff $pair"
+  [[ $out == *"1 identical, max abs error 0"* ]] || fail "ArraysCache layouts do not convert into each other: $out"
+done
+"$kvtool" inspect "$tmp/r2.safetensors" --tensors | grep -E '^ +0\.1 +F32 +\[1, 4, 16, 8\]' > /dev/null || fail "0.31 tensor names"
+expect_exit 0 "" -- convert "$fixtures/mlx-lm/cachelist_arrays_kv.safetensors" -o "$tmp/cl.safetensors" --to mlx-lm-0.31 -q
+"$kvtool" inspect --json "$tmp/cl.safetensors" | grep '"name": "0.0.1"' > /dev/null || fail "CacheList child in the 0.31 layout"
+expect_exit 1 "--to must be mlx-lm, mlx-lm-0.31, mlx-swift-lm or llama.cpp" -- convert "$current" -o "$tmp/x.safetensors" --to mlx-lm-legacy
+# The 0.31 layout has no room for an ArraysCache's left padding.
+write_st "$tmp/padded.safetensors" '{"__metadata__":{"0.0":"","2.0":"ArraysCache"},"0.0.0":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},"0.1":{"dtype":"I32","shape":[1],"data_offsets":[8,12]},"0.2":{"dtype":"F32","shape":[0],"data_offsets":[12,12]}}' 12
+expect_exit 4 "layer 0 (ArraysCache) cannot be saved: ArraysCache left_padding I32[1] cannot be stored in mlx-lm 0.31's layout" \
+  -- convert "$tmp/padded.safetensors" -o "$tmp/x.safetensors" --to mlx-lm-0.31
+expect_exit 0 "" -- convert "$tmp/padded.safetensors" -o "$tmp/padded-digests.safetensors" --integrity -q
+
 # Byte-plane codec: a byte-exact container, refused loudly once `zstd -d` unpacks it.
 expect_exit 0 "" -- convert "$f16" -o "$tmp/bp.safetensors" --compress --codec byteplane -q
 "$kvtool" inspect "$tmp/bp.safetensors" | grep "safetensors+zstd-byteplane" > /dev/null || fail "byteplane inspect"
@@ -142,6 +227,18 @@ expect_exit 3 "tensor" -- convert "$tmp/bad.safetensors" -o "$tmp/x.safetensors"
 "$kvtool" convert "$f16" -o "$tmp/np.safetensors" --integrity 2> "$tmp/err" || fail "convert"
 grep -q $'\r' "$tmp/err" && fail "progress drawn into a pipe"
 [[ $(cat "$tmp/err") == "kvtool: wrote "* ]] || fail "convert summary: $(cat "$tmp/err")"
+
+# On a terminal the bar is drawn (at least its final state) and erased before
+# the summary, which therefore starts its own line.
+if command -v script > /dev/null; then
+  script -qec "'$kvtool' convert '$f16' -o '$tmp/tty.safetensors' --integrity" /dev/null > "$tmp/tty" < /dev/null ||
+    fail "convert on a terminal"
+  tty=$(cat "$tmp/tty")
+  [[ $tty == *"convert ["*"100%"* ]] || fail "no progress bar on a terminal: $tty"
+  [[ $tty == *$'\r\e[Kkvtool: wrote '* ]] || fail "the summary runs on after the progress bar: $(od -c "$tmp/tty" | tail -5)"
+else
+  echo "SKIP: progress bar on a terminal (no 'script' command)"
+fi
 
 "$kvtool" --version | grep "kvtool" > /dev/null || fail "--version"
 "$kvtool" --help > /dev/null || fail "--help"

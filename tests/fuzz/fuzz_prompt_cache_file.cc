@@ -1,8 +1,9 @@
 // The prompt-cache readers (plain, zstd and byte-plane containers; mlx-lm,
 // legacy and mlx-swift-lm layouts) must never crash or over-allocate on any
 // bytes: whole loads (with and without verification), layer-by-layer reads
-// of the streaming reader, and the conversions built on it. A loaded cache
-// must be usable.
+// of the streaming reader, header-only validation, and the conversions built
+// on it. A loaded cache must be usable; a layer validation refuses never loads.
+#include <cstdlib>
 #include <memory>
 
 #include "kvstore/env.h"
@@ -35,8 +36,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   open.threads = 1;
   auto reader = kvstore::PromptCacheReader::Open(env.get(), "/f.safetensors", open);
   if (!reader.ok()) return 0;
+  // A layer the header-only validation finds impossible is never built.
+  const kvstore::PromptCacheInfo& info = (*reader)->info();
+  (void)kvstore::ValidatePromptCacheFile(env.get(), "/f.safetensors");
   for (size_t i = 0; i < (*reader)->num_layers(); ++i) {
     auto layer = (*reader)->ReadLayer(i, size % 3 == 0);
+    if (layer.ok() && !info.layers[i].errors.empty()) std::abort();
     if (layer.ok()) Use(**layer);
   }
   (void)(*reader)->Verify(1);

@@ -1,0 +1,88 @@
+// The Redis implementation of KvBackend: a single node or a Redis Cluster,
+// addressed by a URL of the form redis://[USER:PASSWORD@]HOST:PORT.
+//
+// What it does for the caller (see docs/design.md, "Shared tier (Redis)"):
+//   * A pool of connections per node; each new connection authenticates
+//     (AUTH user password, the ACL form) before it is used.
+//   * Every call is bounded: a node that stops answering turns it into
+//     IOError `command_timeout` after the last byte moved, and no call runs
+//     longer than `command_timeout` plus its bytes at
+//     `min_transfer_bytes_per_second`. Nothing waits longer.
+//   * A node that failed is not contacted again until its backoff window
+//     (exponential, `backoff_initial` doubling up to `backoff_max`) has
+//     passed: calls that need it fail fast with IOError meanwhile.
+//   * A cluster is recognised from any of its nodes (CLUSTER SLOTS). Keys
+//     go to the master of their CRC16 hash slot ({hash tags} honoured);
+//     MOVED updates the slot map and retries there, ASK retries once on the
+//     importing node after ASKING. A batch is pipelined, one round trip per
+//     node, all nodes at once; results keep the order of the arguments.
+//
+// Errors: IOError for anything transport-like (refused, reset, timeout,
+// protocol violation, backoff, CLUSTERDOWN, too many redirections);
+// FailedPrecondition when Redis refuses the credentials or the ACL forbids
+// a key or command (WRONGPASS, NOAUTH, NOPERM), which retrying cannot fix;
+// ResourceExhausted for OOM replies (maxmemory with a noeviction policy).
+//
+// Thread safety: the backend may be used from many threads at once.
+#ifndef KVSTORE_REDIS_BACKEND_H_
+#define KVSTORE_REDIS_BACKEND_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "kvstore/kv_backend.h"
+#include "kvstore/status.h"
+
+namespace kvstore {
+
+// The parts of redis://[USER:PASSWORD@]HOST:PORT. HOST is a name, an IPv4
+// address or a bracketed IPv6 address ([::1]); USER and PASSWORD may be
+// percent-encoded. An empty USER with a password (redis://:pw@host:port)
+// authenticates as the default user.
+struct RedisUrl {
+  std::string host;
+  uint16_t port = 0;
+  std::string user;      // empty: AUTH with the password only
+  std::string password;  // empty: no AUTH
+};
+
+// Parses `url`. Input is treated as hostile: InvalidArgument names the part
+// that is wrong ("redis url: port '70000' is not in 1..65535"). A path, query
+// or database number is refused rather than ignored.
+Result<RedisUrl> ParseRedisUrl(std::string_view url);
+
+// The URL again, with the password replaced by "***" (for logs).
+std::string RedactedRedisUrl(const RedisUrl& url);
+
+struct RedisOptions {
+  std::string url;  // redis://[USER:PASSWORD@]HOST:PORT; any node of a cluster
+  std::chrono::milliseconds connect_timeout{100};
+  // A call fails when no byte has moved for command_timeout (a stopped or
+  // dead server), and in any case once it has run for command_timeout plus
+  // its bytes so far at min_transfer_bytes_per_second (a server that
+  // dribbles). So a 32 MiB value that keeps flowing is never cut off.
+  std::chrono::milliseconds command_timeout{100};
+  uint64_t min_transfer_bytes_per_second = 8ull << 20;
+  size_t max_idle_connections_per_node = 8;
+  std::chrono::milliseconds backoff_initial{50};
+  std::chrono::milliseconds backoff_max{2000};
+  // MOVED/ASK rounds one call may follow before it gives up.
+  int max_redirects = 5;
+  // A reply larger than this fails the call (and closes the connection)
+  // instead of growing a buffer without bound. Redis values are <= 512 MiB.
+  size_t max_reply_bytes = 600ull << 20;
+};
+
+// Connects to the node in `options.url`, authenticates, and recognises a
+// cluster (then loads its slot map). Errors: InvalidArgument for a bad URL
+// or option, IOError when the node cannot be reached in time,
+// FailedPrecondition when AUTH is refused.
+Result<std::unique_ptr<KvBackend>> OpenRedisBackend(const RedisOptions& options);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_REDIS_BACKEND_H_

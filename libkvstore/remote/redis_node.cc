@@ -1,0 +1,111 @@
+#include "libkvstore/remote/redis_node.h"
+
+#include <algorithm>
+
+namespace kvstore {
+
+using Clock = std::chrono::steady_clock;
+
+RedisNode::RedisNode(std::string host, uint16_t port, RedisNodeContext* context)
+    : host_(std::move(host)),
+      port_(port),
+      name_(host_ + ":" + std::to_string(port_)),
+      context_(context) {}
+
+Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (failures_ > 0 && Clock::now() < retry_after_) {
+      ++context_->counters.fast_failures;
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(retry_after_ - Clock::now());
+      return Status::IOError("redis " + name_ + ": unavailable for " + std::to_string(left.count()) +
+                             " ms more after: " + std::string(last_failure_.message()));
+    }
+    while (!idle_.empty()) {
+      std::unique_ptr<RedisConnection> c = std::move(idle_.back());
+      idle_.pop_back();
+      if (c->IdleAndOpen()) return c;
+    }
+  }
+  Result<std::unique_ptr<RedisConnection>> c = Connect();
+  if (c.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    failures_ = 0;
+  } else if (c.status().IsIOError()) {
+    MarkFailed(c.status());
+  }
+  return c;
+}
+
+Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
+  const RedisOptions& o = context_->options;
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c,
+                      RedisConnection::Connect(host_, port_, o.connect_timeout, o.max_reply_bytes));
+  ++context_->counters.connects;
+  const RedisUrl& url = context_->url;
+  if (url.password.empty()) return c;
+
+  RedisExchange auth;
+  auth.connection = c.get();
+  if (url.user.empty()) {
+    auth.pipeline.Add({"AUTH", url.password});
+  } else {
+    auth.pipeline.Add({"AUTH", url.user, url.password});
+  }
+  RedisExchange* one[] = {&auth};
+  RedisTraffic traffic;
+  RedisDeadline deadline{Clock::now(), o.command_timeout, 0};
+  RunExchanges(one, deadline, traffic);
+  context_->counters.Add(traffic);
+  if (auth.timed_out) ++context_->counters.timeouts;
+  KV_RETURN_IF_ERROR(auth.status);
+  const RedisReply& r = auth.replies[0];
+  // The password never appears in a message, only the server's refusal.
+  if (r.is_error()) return ErrorReplyStatus(name_, "AUTH " + url.user, r.str);
+  if (r.type != RedisReply::Type::kStatus) return UnexpectedReply(name_, "AUTH", r);
+  return c;
+}
+
+void RedisNode::Release(std::unique_ptr<RedisConnection> connection) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (idle_.size() < context_->options.max_idle_connections_per_node) {
+    idle_.push_back(std::move(connection));
+  }
+}
+
+void RedisNode::MarkFailed(const Status& why) {
+  std::vector<std::unique_ptr<RedisConnection>> dropped;
+  std::lock_guard<std::mutex> l(mu_);
+  dropped.swap(idle_);
+  const RedisOptions& o = context_->options;
+  failures_ = std::min(failures_ + 1, 30);
+  auto backoff = o.backoff_initial * (int64_t{1} << std::min(failures_ - 1, 20));
+  retry_after_ = Clock::now() + std::min<std::chrono::milliseconds>(backoff, o.backoff_max);
+  last_failure_ = why;
+}
+
+bool RedisNode::BackingOff() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return failures_ > 0 && Clock::now() < retry_after_;
+}
+
+Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
+                                          RedisDeadline& deadline, RedisNodeContext& context) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c, node.Acquire());
+  RedisExchange e;
+  e.connection = c.get();
+  e.pipeline = std::move(pipeline);
+  RedisExchange* one[] = {&e};
+  RedisTraffic traffic;
+  RunExchanges(one, deadline, traffic);
+  context.counters.Add(traffic);
+  if (!e.status.ok()) {
+    if (e.timed_out) ++context.counters.timeouts;
+    node.MarkFailed(e.status);
+    return e.status;
+  }
+  node.Release(std::move(c));
+  return std::move(e.replies);
+}
+
+}  // namespace kvstore

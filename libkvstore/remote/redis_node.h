@@ -1,0 +1,89 @@
+// RedisNode: one Redis server (host:port) as the client sees it: a pool of
+// idle authenticated connections and the backoff state that makes calls fail
+// fast while the node is known to be down.
+//
+// Thread safety: all members may be called from many threads at once.
+#ifndef KVSTORE_LIBKVSTORE_REMOTE_REDIS_NODE_H_
+#define KVSTORE_LIBKVSTORE_REMOTE_REDIS_NODE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kvstore/redis_backend.h"
+#include "kvstore/status.h"
+#include "libkvstore/remote/redis_connection.h"
+#include "libkvstore/remote/redis_exchange.h"
+
+namespace kvstore {
+
+// Counters shared by every node of a backend (see KvBackendStats).
+struct RedisCounters {
+  std::atomic<uint64_t> calls{0}, failed_calls{0}, timeouts{0}, fast_failures{0}, connects{0},
+      moved{0}, asked{0}, slot_map_loads{0}, bytes_sent{0}, bytes_received{0};
+
+  void Add(const RedisTraffic& t) {
+    bytes_sent += t.bytes_sent;
+    bytes_received += t.bytes_received;
+  }
+};
+
+// What every node of a backend shares: options, credentials and counters.
+struct RedisNodeContext {
+  RedisOptions options;
+  RedisUrl url;  // credentials come from here
+  RedisCounters counters;
+};
+
+class RedisNode {
+ public:
+  RedisNode(std::string host, uint16_t port, RedisNodeContext* context);
+
+  const std::string& host() const { return host_; }
+  uint16_t port() const { return port_; }
+  const std::string& name() const { return name_; }  // "host:port"
+
+  // An idle connection that is still open, or a new one (connected and
+  // authenticated). During the backoff window after a failure, IOError at
+  // once, naming the failure. FailedPrecondition when AUTH is refused.
+  Result<std::unique_ptr<RedisConnection>> Acquire();
+
+  // Gives back a connection whose last exchange succeeded (kept while fewer
+  // than max_idle_connections_per_node are idle).
+  void Release(std::unique_ptr<RedisConnection> connection);
+
+  // Records a transport failure (connect, I/O, timeout): drops the idle
+  // connections, which may be as dead as the one that failed, and opens a
+  // backoff window of backoff_initial * 2^(failures - 1), capped.
+  void MarkFailed(const Status& why);
+
+  // True while the backoff window is open.
+  bool BackingOff() const;
+
+ private:
+  Result<std::unique_ptr<RedisConnection>> Connect();
+
+  const std::string host_;
+  const uint16_t port_;
+  const std::string name_;
+  RedisNodeContext* const context_;
+
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<RedisConnection>> idle_;
+  int failures_ = 0;
+  std::chrono::steady_clock::time_point retry_after_{};
+  Status last_failure_;
+};
+
+// Runs one pipeline on `node`: acquire, exchange, release (or mark failed).
+// The replies, or the error of the connection or the exchange.
+Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
+                                          RedisDeadline& deadline, RedisNodeContext& context);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_REMOTE_REDIS_NODE_H_

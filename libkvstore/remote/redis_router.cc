@@ -1,0 +1,280 @@
+#include "libkvstore/remote/redis_router.h"
+
+#include <set>
+#include <unordered_map>
+
+#include "libkvstore/remote/redis_slots.h"
+
+namespace kvstore {
+// One node's part of a round: its exchange and which requests it carries.
+struct RedisRouter::NodeBatch {
+  std::unique_ptr<RedisConnection> connection;
+  RedisExchange exchange;
+  std::vector<size_t> requests;
+  std::vector<bool> asking;  // per entry of `requests`: preceded by ASKING
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status ValidateOptions(const RedisOptions& o) {
+  using std::chrono::milliseconds;
+  if (o.connect_timeout <= milliseconds(0) || o.command_timeout <= milliseconds(0)) {
+    return Status::InvalidArgument("redis options: timeouts must be positive");
+  }
+  if (o.backoff_initial <= milliseconds(0) || o.backoff_max < o.backoff_initial) {
+    return Status::InvalidArgument("redis options: need 0 < backoff_initial <= backoff_max");
+  }
+  if (o.max_redirects < 0 || o.max_reply_bytes == 0) {
+    return Status::InvalidArgument("redis options: max_redirects >= 0 and max_reply_bytes > 0");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+RedisRouter::RedisRouter(std::unique_ptr<RedisNodeContext> context)
+    : context_(std::move(context)), slots_(kRedisClusterSlots, nullptr) {}
+
+Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& options) {
+  KV_RETURN_IF_ERROR(ValidateOptions(options));
+  auto context = std::make_unique<RedisNodeContext>();
+  context->options = options;
+  KV_ASSIGN_OR_RETURN(context->url, ParseRedisUrl(options.url));
+  std::unique_ptr<RedisRouter> router(new RedisRouter(std::move(context)));
+  router->seed_ = router->NodeFor(router->context_->url.host, router->context_->url.port);
+
+  RedisPipeline probe;
+  probe.Add({"CLUSTER", "SLOTS"});
+  KV_ASSIGN_OR_RETURN(std::vector<RedisReply> replies, router->RunOn(*router->seed_, std::move(probe)));
+  const RedisReply& r = replies[0];
+  if (r.is_error() && r.str.find("cluster support disabled") != std::string::npos) return router;
+  if (r.error_code() == "NOPERM") {
+    return Status::FailedPrecondition("redis " + router->seed_->name() +
+                                      ": the user may not run CLUSTER SLOTS, which recognises a "
+                                      "cluster: grant +cluster|slots");
+  }
+  if (r.is_error()) return ErrorReplyStatus(router->seed_->name(), "CLUSTER SLOTS", r.str);
+  router->cluster_ = true;
+  KV_RETURN_IF_ERROR(router->LoadSlotMap());
+  return router;
+}
+
+RedisNode* RedisRouter::NodeFor(const std::string& host, uint16_t port) {
+  std::string name = host + ":" + std::to_string(port);
+  std::unique_lock<std::shared_mutex> l(mu_);
+  std::unique_ptr<RedisNode>& node = nodes_[name];
+  if (node == nullptr) node = std::make_unique<RedisNode>(host, port, context_.get());
+  return node.get();
+}
+
+RedisDeadline RedisRouter::NewDeadline() const {
+  const RedisOptions& o = context_->options;
+  return RedisDeadline{Clock::now(), o.command_timeout, o.min_transfer_bytes_per_second};
+}
+
+Result<std::vector<RedisReply>> RedisRouter::RunOn(RedisNode& node, RedisPipeline pipeline) {
+  RedisDeadline deadline = NewDeadline();
+  return RunOnNode(node, std::move(pipeline), deadline, *context_);
+}
+
+Status RedisRouter::LoadSlotMap() {
+  std::vector<RedisNode*> candidates = Masters();
+  candidates.push_back(seed_);
+  Status last = Status::IOError("redis: no node to load the cluster slot map from");
+  std::set<RedisNode*> tried;
+  for (RedisNode* node : candidates) {
+    if (!tried.insert(node).second || node->BackingOff()) continue;
+    RedisPipeline p;
+    p.Add({"CLUSTER", "SLOTS"});
+    Result<std::vector<RedisReply>> replies = RunOn(*node, std::move(p));
+    if (!replies.ok()) {
+      last = replies.status();
+      continue;
+    }
+    const RedisReply& reply = (*replies)[0];
+    if (reply.is_error()) {
+      last = ErrorReplyStatus(node->name(), "CLUSTER SLOTS", reply.str);
+      continue;
+    }
+    Result<std::vector<RedisSlotRange>> ranges = ParseClusterSlots(reply, node->host());
+    if (!ranges.ok()) {
+      last = ranges.status().WithPrefix("redis " + node->name());
+      continue;
+    }
+    if (ranges->empty()) {
+      last = Status::IOError("redis " + node->name() + ": the cluster serves no slots");
+      continue;
+    }
+    std::vector<RedisNode*> slots(kRedisClusterSlots, nullptr);
+    for (const RedisSlotRange& range : *ranges) {
+      RedisNode* master = NodeFor(range.host, range.port);
+      for (int s = range.first; s <= range.last; ++s) slots[s] = master;
+    }
+    std::unique_lock<std::shared_mutex> l(mu_);
+    slots_.swap(slots);
+    ++context_->counters.slot_map_loads;
+    return Status::OK();
+  }
+  return last;
+}
+
+void RedisRouter::MaybeReloadSlotMap() {
+  std::unique_lock<std::mutex> l(reload_mu_, std::try_to_lock);
+  if (!l.owns_lock()) return;  // another thread is reloading
+  if (Clock::now() - last_reload_ < context_->options.backoff_initial) return;
+  last_reload_ = Clock::now();
+  (void)LoadSlotMap();  // on failure the old map stays; the next MOVED tries again
+}
+
+Result<RedisNode*> RedisRouter::NodeForKey(std::string_view key) const {
+  if (!cluster_) return seed_;
+  int slot = KeyHashSlot(key);
+  std::shared_lock<std::shared_mutex> l(mu_);
+  if (slots_[slot] == nullptr) {
+    return Status::IOError("redis cluster: no master serves slot " + std::to_string(slot));
+  }
+  return slots_[slot];
+}
+
+std::vector<RedisNode*> RedisRouter::Masters() const {
+  if (!cluster_) return {seed_};
+  std::shared_lock<std::shared_mutex> l(mu_);
+  std::vector<RedisNode*> out;
+  std::set<RedisNode*> seen;
+  for (RedisNode* n : slots_) {
+    if (n != nullptr && seen.insert(n).second) out.push_back(n);
+  }
+  return out;
+}
+
+std::string RedisRouter::Describe() const {
+  if (!cluster_) return "redis " + seed_->name();
+  return "redis cluster " + seed_->name() + " (" + std::to_string(Masters().size()) + " masters)";
+}
+
+// The pending requests of one round, grouped by node, each node's pipeline
+// built and a connection acquired for it.
+Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
+                                 const std::vector<size_t>& pending, const AskTargets& ask,
+                                 Round& round) {
+  for (size_t i : pending) {
+    RedisNode* node;
+    auto it = ask.find(i);
+    if (it != ask.end()) {
+      node = it->second;
+    } else {
+      Result<RedisNode*> owner = NodeForKey(requests[i].key);
+      if (!owner.ok()) {  // a slot without a master: the map may be stale
+        MaybeReloadSlotMap();
+        owner = NodeForKey(requests[i].key);
+      }
+      KV_ASSIGN_OR_RETURN(node, std::move(owner));
+    }
+    NodeBatch& b = round[node];
+    b.requests.push_back(i);
+    b.asking.push_back(it != ask.end());
+    if (it != ask.end()) b.exchange.pipeline.Add({"ASKING"});
+    for (const auto& command : requests[i].commands) b.exchange.pipeline.Add(command);
+  }
+  // A node in its backoff window fails the call before anything is sent.
+  for (auto& [node, b] : round) {
+    Result<std::unique_ptr<RedisConnection>> c = node->Acquire();
+    if (!c.ok()) {
+      for (auto& [other, ob] : round) {
+        if (ob.connection != nullptr) other->Release(std::move(ob.connection));
+      }
+      return c.status();
+    }
+    b.connection = std::move(*c);
+    b.exchange.connection = b.connection.get();
+  }
+  return Status::OK();
+}
+
+// Runs a prepared round; connections go back to their pools, or their nodes
+// are marked failed. The first failure, if any.
+Status RedisRouter::RunRound(Round& round, RedisDeadline& deadline) {
+  std::vector<RedisExchange*> exchanges;
+  for (auto& [node, b] : round) exchanges.push_back(&b.exchange);
+  RedisTraffic traffic;
+  RunExchanges(exchanges, deadline, traffic);
+  context_->counters.Add(traffic);
+  Status failure;
+  for (auto& [node, b] : round) {
+    if (b.exchange.status.ok()) {
+      node->Release(std::move(b.connection));
+      continue;
+    }
+    if (b.exchange.timed_out) ++context_->counters.timeouts;
+    node->MarkFailed(b.exchange.status);
+    if (failure.ok()) failure = b.exchange.status;
+  }
+  if (!failure.ok() && cluster_) MaybeReloadSlotMap();  // a failover may have moved slots
+  return failure;
+}
+
+// Hands each request its replies; returns the requests redirected elsewhere.
+std::vector<size_t> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> requests,
+                                             Round& round, std::vector<RedisKeyReplies>& out,
+                                             AskTargets& ask) {
+  std::vector<size_t> redirected;
+  bool moved = false;
+  for (auto& [node, b] : round) {
+    auto next = b.exchange.replies.begin();
+    for (size_t k = 0; k < b.requests.size(); ++k) {
+      size_t i = b.requests[k];
+      if (b.asking[k]) ++next;  // ASKING's +OK
+      std::vector<RedisReply> replies(std::make_move_iterator(next),
+                                      std::make_move_iterator(next + requests[i].commands.size()));
+      next += static_cast<ptrdiff_t>(requests[i].commands.size());
+      std::optional<RedisRedirect> redirect;
+      for (const RedisReply& r : replies) {
+        if (cluster_ && (redirect = ParseRedirect(r, node->host()))) break;
+      }
+      if (!redirect) {
+        out[i] = RedisKeyReplies{std::move(replies), node};
+        ask.erase(i);
+        continue;
+      }
+      RedisNode* target = NodeFor(redirect->host, redirect->port);
+      if (redirect->ask) {
+        ++context_->counters.asked;
+        ask[i] = target;
+      } else {
+        ++context_->counters.moved;
+        ask.erase(i);
+        moved = true;
+        std::unique_lock<std::shared_mutex> l(mu_);
+        slots_[redirect->slot] = target;
+      }
+      redirected.push_back(i);
+    }
+  }
+  if (moved) MaybeReloadSlotMap();
+  return redirected;
+}
+
+Result<std::vector<RedisKeyReplies>> RedisRouter::Run(std::span<const RedisKeyRequest> requests) {
+  std::vector<RedisKeyReplies> out(requests.size());
+  std::vector<size_t> pending(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) pending[i] = i;
+  AskTargets ask;
+  RedisDeadline deadline = NewDeadline();  // one for the whole call, every round
+  for (int round = 0; !pending.empty(); ++round) {
+    if (round > context_->options.max_redirects) {
+      return Status::IOError("redis cluster: key '" +
+                             std::string(requests[pending[0]].key.substr(0, 100)) +
+                             "' still redirected after " + std::to_string(round - 1) +
+                             " redirections");
+    }
+    Round batches;
+    KV_RETURN_IF_ERROR(PrepareRound(requests, pending, ask, batches));
+    KV_RETURN_IF_ERROR(RunRound(batches, deadline));
+    pending = TakeReplies(requests, batches, out, ask);
+  }
+  return out;
+}
+
+}  // namespace kvstore
