@@ -3,6 +3,9 @@ and compares each layer's class, meta_state and state with the manifest.
 
     check_interop.py OUT_DIR EXPECTED_FILES
 
+Files in the v0.31 release's layout ("flat_arrays") are loaded with mlx-lm's ArraysCache
+as the release has it (state = the flat slot list), patched into the module for the call.
+
 Exits 77 (ctest: skipped) with the reason when mlx-ref is absent or does not import.
 Prints one line per failure and ends with "N passed, M failed".
 """
@@ -35,6 +38,27 @@ def leaves(tree, prefix=""):
     return [[prefix, names.get(dtype, dtype), list(tree.shape), hashlib.sha256(memoryview(tree).cast("B")).hexdigest()]]
 
 
+def load(module, path, flat_arrays):
+    if not flat_arrays:
+        return module.load_prompt_cache(path, return_metadata=True)
+
+    class ArraysCache(module.ArraysCache):  # v0.31: state is the slot list
+        @property
+        def state(self):
+            return self.cache
+
+        @state.setter
+        def state(self, v):
+            self.cache = v
+
+    current = module.ArraysCache
+    module.ArraysCache = ArraysCache
+    try:
+        return module.load_prompt_cache(path, return_metadata=True)
+    finally:
+        module.ArraysCache = current
+
+
 def main():
     out_dir, expected = pathlib.Path(sys.argv[1]), int(sys.argv[2])
     path = mlx_ref_python()
@@ -43,7 +67,7 @@ def main():
         return SKIP
     sys.path.insert(0, str(path))
     try:
-        from mlx_lm.models.cache import load_prompt_cache
+        import mlx_lm.models.cache as cache_module
     except Exception as e:
         print(f"SKIP: mlx-ref does not import with {sys.executable}: {e}")
         return SKIP
@@ -51,7 +75,7 @@ def main():
     passed = failed = 0
     for entry in manifest:
         try:
-            cache, metadata = load_prompt_cache(str(out_dir / entry["file"]), return_metadata=True)
+            cache, metadata = load(cache_module, str(out_dir / entry["file"]), entry["flat_arrays"])
             got = [{"class": type(c).__name__, "meta_state": json.loads(json.dumps(c.meta_state)),
                     "state": leaves(c.state)} for c in cache]
             user = {k: v for k, v in metadata.items() if not k.startswith("kvstore_")}

@@ -1,5 +1,6 @@
 // write_interop_files FIXTURES_DIR OUT_DIR: writes prompt-cache files with
-// libkvstore, in every layout option mlx-lm can read, and OUT_DIR/manifest.json
+// libkvstore, in every layout option mlx-lm can read (the current layout with
+// and without digests, aligned and not, and the v0.31 release's), and OUT_DIR/manifest.json
 // saying what each holds (class, meta_state and every state leaf's dtype,
 // shape and SHA-256), for check_interop.py to load with the real mlx-lm.
 //
@@ -32,18 +33,40 @@ namespace {
 struct Variant {
   const char* name;
   SavePromptCacheOptions options;
+  // The release's ArraysCache layout: mlx-lm v0.31 state (the flat slot list).
+  bool flat_arrays() const { return options.layout == PromptCacheLayout::kMlxLm031; }
 };
 
 std::vector<Variant> Variants() {
   std::vector<Variant> v;
-  v.push_back({"mlx-lm", {}});  // integrity on, 8-byte aligned data
-  SavePromptCacheOptions plain;
+  SavePromptCacheOptions current;
+  current.layout = PromptCacheLayout::kMlxLm;  // integrity on, 8-byte aligned data
+  v.push_back({"mlx-lm", current});
+  SavePromptCacheOptions plain = current;
   plain.integrity = false;
   v.push_back({"mlx-lm.no-integrity", plain});
-  SavePromptCacheOptions unaligned;
+  SavePromptCacheOptions unaligned = current;
   unaligned.alignment = 1;  // MLX's own layout
   v.push_back({"mlx-lm.align1", unaligned});
+  SavePromptCacheOptions release;
+  release.layout = PromptCacheLayout::kMlxLm031;
+  v.push_back({"mlx-lm-0.31", release});
   return v;
+}
+
+// The state as the variant's mlx-lm holds it: ArraysCache (also inside a
+// CacheList) as its flat slot list for the release's layout.
+CacheState StateFor(std::string_view class_name, const CacheState& state, const MetaState& meta, bool flat) {
+  if (!flat) return state;
+  if (class_name == "ArraysCache" || class_name == "MambaCache") return state[0];
+  if (class_name == "CacheList") {
+    CacheState::List children;
+    for (size_t i = 0; i < state.size(); ++i) {
+      children.push_back(StateFor(meta[0][i].str(), state[i], meta[1][i], flat));
+    }
+    return CacheState(std::move(children));
+  }
+  return state;
 }
 
 // [name, dtype, shape, sha256] per leaf, null for None, in tree_flatten order.
@@ -70,7 +93,7 @@ void Leaves(const CacheState& s, const std::string& name, Json& out) {
   out.Push(std::move(leaf));
 }
 
-Result<Json> Describe(const PromptCache& cache) {
+Result<Json> Describe(const PromptCache& cache, bool flat_arrays) {
   Json layers = Json::MakeArray();
   for (const auto& layer : cache) {
     Json l = Json::MakeObject();
@@ -79,7 +102,7 @@ Result<Json> Describe(const PromptCache& cache) {
     l["meta_state"] = MetaStateJson(layer->meta_state());
     KV_ASSIGN_OR_RETURN(CacheState state, layer->State());
     Json leaves = Json::MakeArray();
-    Leaves(state, "", leaves);
+    Leaves(StateFor(layer->class_name(), state, layer->meta_state(), flat_arrays), "", leaves);
     l["state"] = std::move(leaves);
     layers.Push(std::move(l));
   }
@@ -157,14 +180,15 @@ int main(int argc, char** argv) {
   Json manifest = Json::MakeArray();
   const Metadata metadata = {{"model", "kvstore-interop"}, {"writer", "libkvstore"}};
   for (const auto& [name, cache] : caches) {
-    auto layers = Describe(cache);
-    if (!layers.ok()) return Fail(name, layers.status());
     for (const Variant& v : Variants()) {
+      auto layers = Describe(cache, v.flat_arrays());
+      if (!layers.ok()) return Fail(name, layers.status());
       const std::string file = name + "." + v.name + ".safetensors";
       Status s = SavePromptCache(env, (out_dir / file).string(), cache, metadata, v.options);
       if (!s.ok()) return Fail(file, s);
       Json entry = Json::MakeObject();
       entry["file"] = Json(file);
+      entry["flat_arrays"] = Json(v.flat_arrays());
       entry["layers"] = *layers;
       Json md = Json::MakeObject();
       for (const auto& [k, val] : metadata) md[k] = Json(val);
