@@ -23,6 +23,7 @@ def _mlx_ref_dir():
 
 
 MLX_REF = _mlx_ref_dir()
+sys.path.insert(0, str(REPO / "tests" / "mlx_interop"))  # mlx_lm_v031, shared with the C++ interop test
 MLX_REF_PYTHON = MLX_REF / "python"
 
 

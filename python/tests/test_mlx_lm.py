@@ -7,6 +7,7 @@ import pytest
 
 import kvstore
 from conftest import FIXTURES, fixture_files, flatten, sha256
+from mlx_lm_v031 import release_arrays_cache
 from kvstore import _mlx_bridge
 from kvstore.mlx_lm import load_prompt_cache, save_prompt_cache
 
@@ -129,19 +130,9 @@ def test_names_get_the_safetensors_suffix_like_mx_save_safetensors(mlx_cache, mx
 
 def legacy_module(mlx_cache):
     """The imported mlx-lm as v0.31 had it: ArraysCache.state is the flat slot list."""
-
-    class ArraysCache(mlx_cache.ArraysCache):
-        @property
-        def state(self):
-            return self.cache
-
-        @state.setter
-        def state(self, v):
-            self.cache = v
-
     module = types.ModuleType("legacy_mlx_lm_cache")
     module.__dict__.update({k: v for k, v in vars(mlx_cache).items() if not k.startswith("__")})
-    module.ArraysCache = ArraysCache
+    module.ArraysCache = release_arrays_cache(mlx_cache)
     return module
 
 

@@ -16,6 +16,8 @@ import os
 import pathlib
 import sys
 
+from mlx_lm_v031 import release_arrays_cache
+
 SKIP = 77
 
 
@@ -42,17 +44,8 @@ def load(module, path, flat_arrays):
     if not flat_arrays:
         return module.load_prompt_cache(path, return_metadata=True)
 
-    class ArraysCache(module.ArraysCache):  # v0.31: state is the slot list
-        @property
-        def state(self):
-            return self.cache
-
-        @state.setter
-        def state(self, v):
-            self.cache = v
-
     current = module.ArraysCache
-    module.ArraysCache = ArraysCache
+    module.ArraysCache = release_arrays_cache(module)
     try:
         return module.load_prompt_cache(path, return_metadata=True)
     finally:
