@@ -1,5 +1,5 @@
 // ServerPromptCache: the prompt-reuse cache an inference server shares
-// between request threads (issue 6), built for correctness under load.
+// between request threads, built for correctness under load.
 //
 // Differences from mlx-lm's LRUPromptCache (docs/compat.md): fetching
 // refreshes recency (a true LRU); any prefix, 1 token included, is reusable;
