@@ -8,6 +8,10 @@ packages=(
   libzstd-dev libcli11-dev nlohmann-json3-dev libssl-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   zstd openssl                      # reference tools for bench/ and tests
+  # The Python package (python/, built for Debian's /usr/bin/python3) and its
+  # tests; libopenblas0-pthread and libgfortran5 let ../shared/mlx-ref's MLX import.
+  pybind11-dev python3-dev python3-pytest python3-setuptools python3-pip python3-numpy
+  libopenblas0-pthread libgfortran5
   redis-server redis-tools libhiredis-dev pkg-config   # shared tier and its tests
 )
 if [[ "${KVSTORE_WITH_FUZZ:-0}" == 1 ]]; then

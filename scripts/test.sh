@@ -11,12 +11,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup-deps.sh"
 build=$root/build
-args=()
+# The Python package and its pytest suites are part of the normal build
+# (ON: a missing pybind11 or python3-dev fails the configure loudly).
+args=(-DKVSTORE_PYTHON=ON)
 if [[ "${1:-}" == "--sanitize" ]]; then
   build=$root/build-asan
   # -O1 with line tables only: sanitizer reports keep file:line, and the
   # build is much faster than -O2 -g (CI runs on 2 cores).
-  args=(-DKVSTORE_SANITIZE=address,undefined -DKVSTORE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug
+  args=(-DKVSTORE_SANITIZE=address,undefined -DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug
         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -26,7 +28,7 @@ if [[ "${1:-}" == "--tsan" ]]; then
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
   generator=()
   if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-  cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_SANITIZE=thread -DKVSTORE_BUILD_BENCH=OFF \
+  cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_SANITIZE=thread -DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF \
     -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" >/dev/null
   cmake --build "$build" --parallel "$(nproc)" --target prompt_cache_sim server_prompt_cache_test \
     prompt_cache_store_test prompt_cache_convert_test kv_backend_conformance_test shared_prompt_cache_test \

@@ -137,7 +137,9 @@ TEST(CacheSnapshotTest, DecodeAppendsWriteInPlace) {
 }
 
 TEST(RotatingKVCacheTest, WrapKeepMultiTokenAndTrim) {
-  // Spec §4.2 worked trace with max_size 8, keep 2 (tokens tagged by value).
+  // mlx-lm's RotatingKVCache (`mlx_lm/models/cache.py` _update_in_place,
+  // _update_concat, _trim) traced by hand with max_size 8, keep 2 (tokens
+  // tagged by value): wrap to keep, then a 3-token chunk trims the oldest.
   auto tok = [](float first, int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) v[i] = first + static_cast<float>(i);

@@ -99,6 +99,23 @@ TEST(PromptCacheFileTest, RoundTripsEveryFixtureWithAndWithoutCompression) {
   EXPECT_GE(round_trips, 2 * testing::kMlxLmFixturesShipped);
 }
 
+// Zeros compress about 30000x; such a file must not look like a bomb.
+TEST(PromptCacheFileTest, CompressedZerosLoad) {
+  testing::TempDir dir;
+  const Array zeros = Array::Zeros(DType::kBF16, {1, 8, 4096, 128});
+  auto kv = std::make_shared<KVCache>();
+  ASSERT_OK(kv->UpdateAndFetch(zeros, zeros).status());
+  SavePromptCacheOptions options;
+  options.compression_level = 3;
+  const std::string out = dir.Join("zeros.safetensors");
+  ASSERT_OK(SavePromptCache(Env::Default(), out, {kv}, {}, options));
+  LoadPromptCacheOptions verify;
+  verify.verify = true;
+  ASSERT_OK_AND_ASSIGN(LoadedPromptCache again, LoadPromptCache(Env::Default(), out, verify));
+  EXPECT_TRUE(again.compressed);
+  EXPECT_EQ(again.cache[0]->offset(), 4096);
+}
+
 TEST(PromptCacheFileTest, WritesTheSameHeaderKeysAsMlxLm) {
   testing::TempDir dir;
   const std::string path = testing::FixturePath("mlx-lm/kvcache_f16_4l.safetensors");

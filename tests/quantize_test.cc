@@ -14,7 +14,8 @@ Array Row(const std::vector<float>& v) {
   return Array::FromValues<float>(DType::kF32, {1, static_cast<int64_t>(v.size())}, v);
 }
 
-// Spec §15.6: x_k = (k - 8) * 0.25, k = 0..31, group 32.
+// A group worked through by hand with MLX's CPU affine kernel
+// (`mlx/backend/cpu/quantized.cpp`): x_k = (k - 8) * 0.25, k = 0..31, group 32.
 std::vector<float> WorkedGroup() {
   std::vector<float> v(32);
   for (int k = 0; k < 32; ++k) v[k] = static_cast<float>(k - 8) * 0.25f;

@@ -8,88 +8,19 @@
 #include <functional>
 
 #include "apps/kvtool/kvtool.h"
+#include "kvstore/prompt_cache_info_json.h"
 #include "apps/kvtool/llama.h"
 #include "apps/kvtool/shared.h"
 
 namespace kvtool {
 namespace {
 
-using kvstore::Json;
 using kvstore::LayerInfo;
 using kvstore::MetaState;
 using kvstore::PromptCacheInfo;
 
-Json MetaJson(const MetaState& m) {
-  if (m.is_string()) return Json(m.str());
-  Json out = Json::MakeArray();
-  for (const MetaState& c : m.list()) out.Push(MetaJson(c));
-  return out;
-}
-
-Json LayerJson(const LayerInfo& layer) {
-  Json out = Json::MakeObject();
-  out["index"] = Json(static_cast<int64_t>(layer.index));
-  out["class"] = Json(layer.class_name);
-  out["offset"] = layer.offset ? Json(*layer.offset) : Json();
-  out["meta_state"] = MetaJson(layer.meta_state);
-  Json tensors = Json::MakeArray();
-  for (const auto& t : layer.tensors) {
-    Json tj = Json::MakeObject();
-    tj["name"] = Json(t.name);
-    tj["dtype"] = Json(std::string(kvstore::DTypeName(t.dtype)));
-    Json shape = Json::MakeArray();
-    for (int64_t d : t.shape) shape.Push(Json(d));
-    tj["shape"] = std::move(shape);
-    tj["bytes"] = Json(t.nbytes);
-    tensors.Push(std::move(tj));
-  }
-  out["tensors"] = std::move(tensors);
-  Json children = Json::MakeArray();
-  for (const LayerInfo& c : layer.children) children.Push(LayerJson(c));
-  out["children"] = std::move(children);
-  Json errors = Json::MakeArray();
-  for (const std::string& e : layer.errors) errors.Push(Json(e));
-  out["errors"] = std::move(errors);
-  if (!layer.unsupported.empty()) out["unsupported"] = Json(layer.unsupported);
-  return out;
-}
-
-Json InfoJson(const std::string& path, const PromptCacheInfo& info, std::optional<bool> verified) {
-  Json out = Json::MakeObject();
-  out["path"] = Json(path);
-  out["format"] = Json(info.format());
-  out["layout"] = Json(std::string(kvstore::LayoutName(info.layout)));
-  out["valid"] = Json(info.valid());
-  out["file_bytes"] = Json(info.file_bytes);
-  out["tensor_bytes"] = Json(info.tensor_bytes);
-  out["compression"] = Json();
-  if (info.compression) {
-    Json c = Json::MakeObject();
-    c["codec"] = Json(info.compression->codec);
-    c["level"] = Json();
-    c["frames"] = Json(info.compression->frames);
-    c["compressed_bytes"] = Json(info.compression->compressed_bytes);
-    out["compression"] = std::move(c);
-  }
-  out["integrity"] = Json();
-  if (info.has_digests) {
-    Json i = Json::MakeObject();
-    i["algorithm"] = "sha256";
-    i["verified"] = verified ? Json(*verified) : Json();
-    out["integrity"] = std::move(i);
-  }
-  Json md = Json::MakeObject();
-  for (const auto& [k, v] : info.user_metadata) md.as_object().emplace_back(k, Json(v));
-  out["metadata"] = std::move(md);
-  Json layers = Json::MakeArray();
-  for (const LayerInfo& l : info.layers) layers.Push(LayerJson(l));
-  out["layers"] = std::move(layers);
-  if (!info.unsupported.empty()) out["unsupported"] = Json(info.unsupported);
-  return out;
-}
-
 std::string MetaText(const MetaState& m) {
-  std::string s = MetaJson(m).Dump();
+  std::string s = kvstore::MetaStateJson(m).Dump();
   return s.size() > 40 ? s.substr(0, 37) + "..." : s;
 }
 
@@ -205,7 +136,7 @@ int RunInspect(const InspectArgs& a) {
     mismatches = report->mismatches;
   }
   if (a.json) {
-    PrintJson(InfoJson(a.path, info, verified));
+    PrintJson(kvstore::PromptCacheInfoJson(info, a.path, verified));
   } else {
     PrintTable(a.path, info, verified, a.tensors);
   }

@@ -1,4 +1,6 @@
-// Attention masks (spec §11). BOOL arrays, true = may attend.
+// Attention masks as mlx-lm builds them (`mlx_lm/models/base.py`
+// create_causal_mask / create_attention_mask, `mlx_lm/models/cache.py`
+// create_attention_mask). BOOL arrays, true = may attend.
 #include "kvstore/mask.h"
 
 #include <string>

@@ -1,4 +1,6 @@
-// Module helpers of cache.py (spec §12).
+// Module helpers of mlx-lm's `mlx_lm/models/cache.py` (make_prompt_cache,
+// can_trim_prompt_cache, trim_prompt_cache) and `mlx_lm/generate.py`
+// (maybe_quantize_kv_cache).
 #include "kvstore/prompt_cache.h"
 
 #include "kvstore/kv_cache.h"

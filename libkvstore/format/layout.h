@@ -140,7 +140,7 @@ struct MetaTrees {
   std::vector<std::string> classes;
 };
 
-// True when the file is laid out as mlx-swift-lm writes it (spec §14.10):
+// True when the file is laid out as mlx-swift-lm writes it (docs/format.md §5.6):
 // its KVCache/RotatingKVCache/QuantizedKVCache/ArraysCache/CacheList metas
 // have Swift's shapes, or a class only Swift has appears. Corruption when
 // some layers look like mlx-lm and others like mlx-swift-lm.

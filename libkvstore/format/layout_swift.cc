@@ -1,4 +1,5 @@
-// mlx-swift-lm's prompt-cache layout (spec §14.10, docs/format.md §5.6):
+// mlx-swift-lm's prompt-cache layout (docs/format.md §5.6; mlx-swift-lm
+// `Libraries/MLXLMCommon/KVCache.swift`, savePromptCache):
 // detection and reading into mlx-lm's shapes (writing: layout_swift_write.cc).
 //
 // Swift flattens every layer to exactly "i.j" tensors (j = position in a

@@ -57,11 +57,16 @@ class MemoryFile : public ReadableFile {
   std::shared_ptr<Storage> storage_;
 };
 
+// The most a zstd frame can expand: an RLE block stores up to 128 KiB
+// (the largest block) in 4 bytes. Declared sizes beyond it cannot be valid
+// and are refused before anything is allocated; a file of zeros (a cache
+// before its first write, padding) legitimately comes close to it.
+constexpr uint64_t kZstdMaxExpansion = (uint64_t{128} << 10) / 4;
+
 ZstdReadLimits LimitsFor(uint64_t compressed_size) {
-  // Declared sizes beyond a generous ratio are refused before allocating.
   ZstdReadLimits limits;
   limits.max_decompressed_size =
-      std::min<uint64_t>(limits.max_decompressed_size, compressed_size * 1024 + (uint64_t{1} << 20));
+      std::min<uint64_t>(limits.max_decompressed_size, compressed_size * kZstdMaxExpansion + (uint64_t{1} << 20));
   return limits;
 }
 

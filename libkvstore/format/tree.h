@@ -1,6 +1,7 @@
-// mlx's tree_flatten / tree_unflatten for cache state and meta-state trees
-// (spec §14.1): lists become children named by their decimal index, names
-// are dot-joined paths, empty lists contribute nothing.
+// mlx's tree_flatten / tree_unflatten (`python/mlx/utils.py`) for cache state
+// and meta-state trees (docs/format.md §5.1): lists become children named by
+// their decimal index, names are dot-joined paths, empty lists contribute
+// nothing.
 #ifndef KVSTORE_LIBKVSTORE_FORMAT_TREE_H_
 #define KVSTORE_LIBKVSTORE_FORMAT_TREE_H_
 

@@ -1,4 +1,5 @@
-// MLX affine quantization (spec §15). All arithmetic is float32, as in MLX's
+// MLX affine quantization (mlx `mx.quantize` / `mx.dequantize`, mode "affine";
+// `mlx/backend/cpu/quantized.cpp`). All arithmetic is float32, as in MLX's
 // CPU kernel; the GPU rounding mode reproduces the Metal/CUDA kernels.
 #include "kvstore/quantize.h"
 

@@ -10,7 +10,7 @@ if [[ ! -d $ref/python/mlx_lm ]]; then
   echo "SKIP: no mlx-ref at $ref (set KVSTORE_MLX_REF to a copy of it)"
   exit 77
 fi
-python=$(command -v python3 || true)
+python=${KVSTORE_TEST_PYTHON:-$(command -v python3 || true)}
 if [[ -z $python ]] || ! why=$(PYTHONPATH=$ref/python "$python" -c 'import mlx.core' 2>&1); then
   echo "SKIP: python3 cannot import mlx-ref's MLX (it needs CPython 3.11 and libopenblas0-pthread): ${why:-no python3}"
   exit 77

@@ -111,7 +111,7 @@ Json EncodeMeta(const MetaState& meta);
 Json EncodeInts(std::span<const int32_t> values);
 Json Raises(const Status& status);
 Json LruStats(const LRUPromptCache& lru);
-// The snapshot of `object` (§6), computing only the keys `expected` has
+// The snapshot of `object` (FORMAT.md §6), computing only the keys `expected` has
 // (all keys when expected is null).
 Json Snapshot(const Object& object, const Json& expected);
 // Compares an expected encoding with ours; appends differences to `diffs`.

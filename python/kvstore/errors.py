@@ -1,0 +1,73 @@
+"""kvstore's exceptions: one class per library status, following kvtool's exit codes.
+
+=====================================  ===========  ==========================================
+exception                              kvtool exit  raised for
+=====================================  ===========  ==========================================
+InvalidArgumentError (ValueError)      1            a bad argument or a cache state that breaks a rule
+NotFoundError (FileNotFoundError)      2            a missing file
+FileIOError (OSError)                  2            the operating system refused (open, write, fsync)
+CorruptionError                        3            bytes that fail a structural or integrity check
+NotSupportedError                      4            a valid request this class, layout or build cannot do
+FailedPreconditionError                4            e.g. verifying a file that has no digests
+=====================================  ===========  ==========================================
+
+Every class derives from kvstore.Error, which carries ``exit_code`` (the kvtool exit
+code) and ``code`` (the library's status name, e.g. "Corruption").
+"""
+
+import errno as _errno
+
+
+class Error(Exception):
+    """Base of every kvstore error."""
+
+    exit_code = 2
+    code = "Internal"
+
+
+class InvalidArgumentError(Error, ValueError):
+    exit_code = 1
+    code = "InvalidArgument"
+
+
+class NotFoundError(Error, FileNotFoundError):
+    exit_code = 2
+    code = "NotFound"
+
+    def __init__(self, message=""):
+        # errno.ENOENT makes it a proper FileNotFoundError; str() stays the message.
+        super().__init__(_errno.ENOENT, message)
+
+    def __str__(self):
+        return self.strerror or ""
+
+
+class FileIOError(Error, OSError):
+    exit_code = 2
+    code = "IOError"
+
+
+class CorruptionError(Error):
+    exit_code = 3
+    code = "Corruption"
+
+
+class NotSupportedError(Error):
+    exit_code = 4
+    code = "NotSupported"
+
+
+class FailedPreconditionError(NotSupportedError):
+    exit_code = 4
+    code = "FailedPrecondition"
+
+
+__all__ = [
+    "Error",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "FileIOError",
+    "CorruptionError",
+    "NotSupportedError",
+    "FailedPreconditionError",
+]

@@ -1,0 +1,85 @@
+"""Drop-in replacements for mlx-lm's prompt-cache functions.
+
+``save_prompt_cache`` / ``load_prompt_cache`` take and return real mlx-lm cache objects
+(built with ``cls.from_state(state, meta_state)`` as mlx-lm does) and add verified
+(SHA-256) and compressed files. ``TieredPromptCache`` replaces ``LRUPromptCache`` in
+``mlx_lm.server`` with a memory tier that behaves like it plus a persistent disk tier.
+
+MLX and mlx-lm are imported on first use; importing this module needs neither.
+"""
+
+import os
+
+from . import _kvstore
+from ._mlx_bridge import cache_module, caches_from_layers, layers_from_caches, layout_for
+from ._tiered import TieredPromptCache
+
+__all__ = ["save_prompt_cache", "load_prompt_cache", "TieredPromptCache"]
+
+
+def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zstd", integrity=True):
+    """Save a prompt cache (a list of mlx-lm cache objects) to a file.
+
+    Without ``compress`` the file is one mlx-lm's own ``load_prompt_cache`` reads (for
+    ArraysCache, in the layout of the mlx-lm that is imported). ``integrity`` adds
+    SHA-256 digests as metadata mlx-lm ignores; ``compress`` (True or a zstd level) writes
+    a seekable zstd container (``codec="byteplane"`` for a better ratio on 16-bit floats)
+    that only kvstore reads. Like ``mx.save_safetensors``, ".safetensors" is appended to
+    a name without it. The write is atomic (temp file, fsync, rename).
+    """
+    file_name = os.fspath(file_name)
+    if not file_name.endswith(".safetensors"):
+        file_name += ".safetensors"
+    layers = layers_from_caches(cache)
+    _kvstore.save(
+        file_name,
+        layers,
+        dict(metadata),
+        compress=compress,
+        codec=codec,
+        integrity=integrity,
+        layout=layout_for(layers),
+    )
+
+
+def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
+    """Load a prompt cache written by mlx-lm, mlx-swift-lm or kvstore (plain or compressed).
+
+    Returns a list of mlx-lm cache objects, and the user metadata dict when
+    ``return_metadata``. ``verify`` checks the file's SHA-256 digests first
+    (CorruptionError naming the tensor on a mismatch).
+
+    A plain mlx-lm-layout ``.safetensors`` file loaded without ``verify`` (and without
+    ArraysCache layers, whose layout depends on the mlx-lm version) is checked by kvstore
+    from its header and then read by mlx-lm's own ``load_prompt_cache``: MLX's reader
+    fills MLX memory straight from the file, which no copy through kvstore can beat.
+    Everything else is read by kvstore and copied into MLX once.
+    """
+    path = os.fspath(file_name)
+    if not verify and _mlx_reads_it(path):
+        cache, metadata = cache_module().load_prompt_cache(path, return_metadata=True)
+        metadata = {k: v for k, v in metadata.items() if not _kvstore.is_kvstore_metadata_key(k)}
+    else:
+        loaded = _kvstore.load(path, verify=verify)
+        cache, metadata = caches_from_layers(loaded.layers), loaded.metadata
+    if return_metadata:
+        return cache, metadata
+    return cache
+
+
+def _mlx_reads_it(path):
+    """True when the imported mlx-lm loads `path` exactly as kvstore would (header checked)."""
+    if not path.endswith(".safetensors"):
+        return False  # mx.load picks the format from the name
+    info = _kvstore.inspect(path)  # the header: safetensors rules, layout, classes
+    if info["compression"] is not None or info["layout"] != "mlx-lm" or "unsupported" in info:
+        return False
+    if not info.get("valid", True):
+        return False
+
+    def plain(layer):
+        return layer["class"] not in ("ArraysCache", "MambaCache") and not layer.get("errors") and all(
+            plain(c) for c in layer["children"])
+
+    module = cache_module()
+    return all(plain(layer) and hasattr(module, layer["class"]) for layer in info["layers"])

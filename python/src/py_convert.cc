@@ -1,0 +1,153 @@
+// kvstore.convert and kvstore.trim: kvtool convert / trim as functions.
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <cstdio>
+#include <string>
+
+#include "kvstore/cache_convert.h"
+#include "kvstore/quantize.h"
+#include "python/src/py_errors.h"
+#include "python/src/py_file.h"
+#include "python/src/py_strided.h"
+#include "python/src/py_tensor.h"
+
+namespace py = pybind11;
+
+namespace kvstore::python {
+
+namespace {
+
+// The per-layer changes convert() can make, applied in kvtool's order.
+struct LayerTransform {
+  int bits = 0;
+  int group = 64;
+  bool dequantize = false;
+  QuantizeOptions::Rounding rounding = QuantizeOptions::Rounding::kCpu;
+  std::optional<DType> dtype;
+
+  bool any() const { return bits != 0 || dequantize || dtype.has_value(); }
+  Result<std::shared_ptr<Cache>> operator()(std::shared_ptr<Cache> layer) const {
+    if (dequantize) {
+      KV_ASSIGN_OR_RETURN(layer, DequantizeLayer(layer));
+    }
+    if (dtype) {
+      KV_ASSIGN_OR_RETURN(layer, CastLayer(layer, *dtype));
+    }
+    if (bits != 0) {
+      KV_ASSIGN_OR_RETURN(layer, QuantizeLayer(layer, group, bits, rounding));
+    }
+    return layer;
+  }
+};
+
+// quantize: None, bits, (bits, group) or "BITS[:GROUP]".
+void ParseQuantize(py::handle quantize, LayerTransform& t) {
+  if (quantize.is_none()) return;
+  if (py::isinstance<py::str>(quantize)) {
+    const std::string spec = quantize.cast<std::string>();
+    if (std::sscanf(spec.c_str(), "%d:%d", &t.bits, &t.group) < 1) ThrowInvalid("quantize must be BITS[:GROUP], got \"" + spec + "\"");
+  } else if (py::isinstance<py::tuple>(quantize) && py::len(quantize) == 2) {
+    t.bits = quantize[py::int_(0)].cast<int>();
+    t.group = quantize[py::int_(1)].cast<int>();
+  } else if (py::isinstance<py::int_>(quantize)) {
+    t.bits = quantize.cast<int>();
+  } else {
+    ThrowInvalid("quantize must be None, bits, (bits, group) or \"BITS[:GROUP]\"");
+  }
+  if (!IsSupportedQuantization(t.bits, t.group)) {
+    ThrowInvalid("quantize takes bits 2, 3, 4, 5, 6, 8 and group 32, 64, 128");
+  }
+}
+
+void Convert(const std::filesystem::path& in_path, const std::filesystem::path& out_path, py::handle compress, std::optional<std::string> codec,
+             std::optional<bool> integrity, std::optional<std::string> layout, py::handle quantize,
+             bool dequantize, bool gpu_rounding, std::optional<std::string> dtype, int threads) {
+  const std::string in = in_path.string(), out = out_path.string();
+  LayerTransform transform;
+  ParseQuantize(quantize, transform);
+  if (dequantize && transform.bits != 0) ThrowInvalid("quantize and dequantize exclude each other");
+  transform.dequantize = dequantize;
+  if (gpu_rounding) transform.rounding = QuantizeOptions::Rounding::kGpu;
+  if (dtype) {
+    const DType d = ParseDTypeName(*dtype);
+    if (d != DType::kF16 && d != DType::kBF16 && d != DType::kF32) ThrowInvalid("dtype must be F16, BF16 or F32");
+    transform.dtype = d;
+  }
+  // Plain values with flags: GCC 12 misreports optional enums as uninitialised.
+  const bool layout_asked = layout.has_value();
+  const PromptCacheLayout to = layout_asked ? ParseLayoutName(*layout) : PromptCacheLayout::kMlxLm;
+  const bool decompress = py::isinstance<py::bool_>(compress) && !compress.cast<bool>();
+  if (decompress && codec) ThrowInvalid("codec applies to compressed output");
+  const bool codec_asked = codec.has_value();
+  const ZstdCodec codec_value = codec_asked ? ParseCodecName(*codec) : ZstdCodec::kZstd;
+  // An explicit level, or the codec's default when compression is asked for.
+  std::optional<int> level_asked;
+  const bool default_level = (py::isinstance<py::bool_>(compress) && compress.cast<bool>()) ||
+                             (compress.is_none() && codec_asked);
+  if (py::isinstance<py::int_>(compress) && !py::isinstance<py::bool_>(compress)) level_asked = compress.cast<int>();
+  else if (!compress.is_none() && !py::isinstance<py::bool_>(compress)) ThrowInvalid("compress must be None, a bool or a zstd level");
+
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = [&]() -> Status {
+      KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(Env::Default(), in));
+      // Output container and layout: as asked, else the input's.
+      const SavePromptCacheOptions same = SameFormatAs(info);
+      const ZstdCodec out_codec = codec_asked ? codec_value : same.codec;
+      std::optional<int> level = decompress ? std::nullopt : same.compression_level;
+      if (level_asked) level = level_asked;
+      if (default_level) level = DefaultLevel(out_codec);
+      const PromptCacheLayout out_layout = layout_asked ? to : same.layout;
+      const bool rewrite = transform.any() || integrity.value_or(false) ||
+                           (integrity.has_value() && !*integrity && info.has_digests) || out_layout != info.layout;
+      if (!rewrite) {
+        TranscodeOptions t;
+        t.compression_level = level;
+        t.codec = out_codec;
+        t.threads = threads;
+        return TranscodePromptCacheFile(Env::Default(), in, out, t);
+      }
+      ConvertOptions c;
+      c.output.layout = out_layout;
+      c.output.integrity = integrity.value_or(true);
+      c.output.compression_level = level;
+      c.output.codec = out_codec;
+      c.threads = threads;
+      if (transform.any()) c.transform = [&](size_t, std::shared_ptr<Cache> layer) { return transform(layer); };
+      return ConvertPromptCacheFile(Env::Default(), in, out, c);
+    }();
+  }
+  ThrowIfError(s);
+}
+
+int64_t Trim(const std::filesystem::path& in_path, const std::filesystem::path& out_path, std::optional<int64_t> n, std::optional<int64_t> keep,
+             int threads) {
+  const std::string in = in_path.string(), out = out_path.string();
+  if (n.has_value() == keep.has_value()) ThrowInvalid("give exactly one of n and keep");
+  if (n.value_or(0) < 0 || keep.value_or(0) < 0) ThrowInvalid("token counts must be >= 0");
+  auto trimmed = [&]() -> Result<int64_t> {
+    py::gil_scoped_release release;
+    KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(Env::Default(), in));
+    const int64_t drop = keep ? std::max<int64_t>(0, info.tokens().value_or(0) - *keep) : *n;
+    ConvertOptions c;
+    c.output = SameFormatAs(info);
+    c.threads = threads;
+    return TrimPromptCacheFile(Env::Default(), in, out, drop, c);
+  }();
+  return Unwrap(std::move(trimmed));
+}
+
+}  // namespace
+
+void RegisterConvertApi(py::module_& m) {
+  m.def("convert", &Convert, py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("compress") = py::none(),
+        py::arg("codec") = py::none(), py::arg("integrity") = py::none(), py::arg("layout") = py::none(),
+        py::arg("quantize") = py::none(), py::arg("dequantize") = false, py::arg("gpu_rounding") = false,
+        py::arg("dtype") = py::none(), py::arg("threads") = 0);
+  m.def("trim", &Trim, py::arg("src"), py::arg("dst"), py::arg("n") = py::none(), py::kw_only(),
+        py::arg("keep") = py::none(), py::arg("threads") = 0);
+}
+
+}  // namespace kvstore::python

@@ -1,0 +1,246 @@
+#include "python/src/py_file.h"
+
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "kvstore/prompt_cache_info_json.h"
+#include "python/src/py_errors.h"
+#include "python/src/py_layer.h"
+#include "python/src/py_strided.h"
+
+namespace py = pybind11;
+
+namespace kvstore::python {
+
+namespace {
+
+// What load() returns. Immutable except for the info dict, computed once.
+class PyCacheFile {
+ public:
+  PyCacheFile(std::string path, LoadedPromptCache loaded)
+      : path_(std::move(path)), loaded_(std::move(loaded)), layers_(LayersToPython(loaded_.cache)) {}
+
+  const std::string& path() const { return path_; }
+  const LoadedPromptCache& loaded() const { return loaded_; }
+  const py::list& layers() const { return layers_; }
+  py::dict metadata() const {
+    py::dict out;
+    for (const auto& [k, v] : loaded_.user_metadata) out[py::str(k)] = py::str(v);
+    return out;
+  }
+  py::object info() {
+    if (info_.is_none()) {
+      std::optional<bool> verified;
+      if (loaded_.verified) verified = true;
+      auto info = [&] {
+        py::gil_scoped_release release;
+        return ReadPromptCacheInfo(Env::Default(), path_);
+      }();
+      info_ = JsonToPython(PromptCacheInfoJson(Unwrap(std::move(info)), path_, verified));
+    }
+    return info_;
+  }
+
+ private:
+  std::string path_;
+  LoadedPromptCache loaded_;
+  py::list layers_;
+  py::object info_ = py::none();
+};
+
+Metadata MetadataFromPython(py::handle metadata) {
+  Metadata out;
+  if (metadata.is_none()) return out;
+  if (!py::isinstance<py::dict>(metadata)) ThrowInvalid("metadata must be a dict of str to str");
+  for (auto [k, v] : metadata.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(k) || !py::isinstance<py::str>(v)) {
+      ThrowInvalid("metadata must be a dict of str to str (key " + std::string(py::repr(k)) + ")");
+    }
+    out.emplace_back(k.cast<std::string>(), v.cast<std::string>());
+  }
+  return out;
+}
+
+py::object Load(const std::filesystem::path& file, bool verify, int threads) {
+  const std::string path = file.string();
+  LoadPromptCacheOptions options;
+  options.verify = verify;
+  options.threads = threads;
+  auto loaded = [&] {
+    py::gil_scoped_release release;
+    return LoadPromptCache(Env::Default(), path, options);
+  }();
+  return py::cast(PyCacheFile(path, Unwrap(std::move(loaded))));
+}
+
+void Save(const std::filesystem::path& file, py::handle layers, py::handle metadata, py::handle compress,
+          const std::string& codec, bool integrity, const std::string& layout, int threads) {
+  const std::string path = file.string();
+  SavePromptCacheOptions options;
+  options.layout = ParseLayoutName(layout);
+  options.codec = ParseCodecName(codec);
+  options.compression_level = ParseCompression(compress, options.codec);
+  options.integrity = integrity;
+  options.threads = threads;
+  const PromptCache cache = LayersFromPython(layers);
+  const Metadata md = MetadataFromPython(metadata);
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = SavePromptCache(Env::Default(), path, cache, md, options);
+  }
+  ThrowIfError(s);
+}
+
+// Raises `status` as its exception with `info` attached (what kvtool prints
+// before it exits non-zero).
+[[noreturn]] void ThrowWithInfo(const Status& status, const py::object& info) {
+  try {
+    ThrowStatus(status);
+  } catch (py::error_already_set& e) {
+    e.value().attr("info") = info;
+    throw;
+  }
+}
+
+py::object Inspect(const std::filesystem::path& file, bool verify) {
+  const std::string path = file.string();
+  std::optional<bool> verified;
+  std::vector<std::string> mismatches;
+  std::unique_ptr<PromptCacheReader> reader;
+  Status open = [&]() -> Status {
+    py::gil_scoped_release release;
+    KV_ASSIGN_OR_RETURN(reader, PromptCacheReader::Open(Env::Default(), path));
+    if (verify && reader->info().has_digests) {
+      KV_ASSIGN_OR_RETURN(VerifyReport report, reader->Verify());
+      verified = report.ok();
+      mismatches = report.mismatches;
+    }
+    return Status::OK();
+  }();
+  ThrowIfError(open);
+  py::object out = JsonToPython(PromptCacheInfoJson(reader->info(), path, verified));
+  if (verified && !*verified) {
+    std::string what;
+    for (const auto& m : mismatches) what += (what.empty() ? "" : ", ") + m;
+    ThrowWithInfo(Status::Corruption(path + ": verification failed: " + what), out);
+  }
+  // As kvtool: the first impossible layer, else what cannot be loaded.
+  if (Status s = reader->Validate(); !s.ok()) ThrowWithInfo(s, out);
+  return out;
+}
+
+py::dict Verify(const std::filesystem::path& file, int threads) {
+  const std::string path = file.string();
+  auto report = [&] {
+    py::gil_scoped_release release;
+    return VerifyPromptCacheFile(Env::Default(), path, threads);
+  }();
+  VerifyReport r = Unwrap(std::move(report));
+  if (!r.has_digests) {
+    ThrowStatus(Status::FailedPrecondition(path + ": the file carries no digests (save it with integrity=True, "
+                                                  "or convert(..., integrity=True) to add them)"));
+  }
+  if (!r.mismatches.empty()) {
+    std::string what;
+    for (const auto& m : r.mismatches) what += (what.empty() ? "" : ", ") + (m == "header" ? "the header" : "tensor \"" + m + "\"");
+    ThrowStatus(Status::Corruption(path + ": digest mismatch in " + what));
+  }
+  py::dict out;
+  out["path"] = path;
+  out["bytes_hashed"] = r.bytes_hashed;
+  return out;
+}
+
+}  // namespace
+
+py::object JsonToPython(const Json& value) {
+  switch (value.type()) {
+    case Json::Type::kNull: return py::none();
+    case Json::Type::kBool: return py::bool_(value.as_bool());
+    case Json::Type::kInt: return py::int_(value.as_int());
+    case Json::Type::kUint:
+    case Json::Type::kDouble: {
+      // Through text: keeps uint64 exact and doubles as written.
+      return py::module_::import("json").attr("loads")(value.Dump());
+    }
+    case Json::Type::kString: return py::str(value.as_string());
+    case Json::Type::kArray: {
+      py::list out;
+      for (const Json& item : value.as_array()) out.append(JsonToPython(item));
+      return out;
+    }
+    case Json::Type::kObject: {
+      py::dict out;
+      for (const auto& [k, v] : value.as_object()) out[py::str(k)] = JsonToPython(v);
+      return out;
+    }
+  }
+  return py::none();
+}
+
+// The layouts save() and convert() write, by name (exported as kvstore._kvstore.LAYOUTS).
+constexpr PromptCacheLayout kWritableLayouts[] = {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxLm031,
+                                                  PromptCacheLayout::kMlxSwiftLm};
+
+PromptCacheLayout ParseLayoutName(const std::string& name) {
+  std::string names;
+  for (PromptCacheLayout layout : kWritableLayouts) {
+    if (LayoutName(layout) == name) return layout;
+    names += (names.empty() ? "\"" : ", \"") + std::string(LayoutName(layout)) + "\"";
+  }
+  ThrowInvalid("layout must be one of " + names + ", got \"" + name + "\"");
+}
+
+ZstdCodec ParseCodecName(const std::string& name) {
+  if (name == "zstd") return ZstdCodec::kZstd;
+  if (name == "byteplane") return ZstdCodec::kBytePlane;
+  ThrowInvalid("codec must be \"zstd\" or \"byteplane\", got \"" + name + "\"");
+}
+
+int DefaultLevel(ZstdCodec codec) { return codec == ZstdCodec::kBytePlane ? 1 : 3; }
+
+std::optional<int> ParseCompression(py::handle compress, ZstdCodec codec) {
+  if (compress.is_none()) return std::nullopt;
+  if (py::isinstance<py::bool_>(compress)) {
+    if (!compress.cast<bool>()) return std::nullopt;
+    return DefaultLevel(codec);
+  }
+  if (py::isinstance<py::int_>(compress)) return compress.cast<int>();
+  ThrowInvalid("compress must be None, a bool or a zstd level");
+}
+
+void RegisterFileApi(py::module_& m) {
+  py::class_<PyCacheFile>(m, "CacheFile", "A loaded prompt-cache file (see kvstore.load).")
+      .def_property_readonly("path", &PyCacheFile::path)
+      .def_property_readonly("layers", &PyCacheFile::layers)
+      .def_property_readonly("metadata", &PyCacheFile::metadata)
+      .def_property_readonly("info", &PyCacheFile::info)
+      .def_property_readonly("layout", [](const PyCacheFile& f) { return std::string(LayoutName(f.loaded().layout)); })
+      .def_property_readonly("compressed", [](const PyCacheFile& f) { return f.loaded().compressed; })
+      .def_property_readonly("has_digests", [](const PyCacheFile& f) { return f.loaded().has_digests; })
+      .def_property_readonly("verified", [](const PyCacheFile& f) { return f.loaded().verified; })
+      .def("__len__", [](const PyCacheFile& f) { return py::len(f.layers()); })
+      .def("__getitem__", [](const PyCacheFile& f, py::object i) { return f.layers()[i]; })
+      .def("__iter__", [](const PyCacheFile& f) { return py::iter(f.layers()); })
+      .def("__repr__", [](const PyCacheFile& f) {
+        return "kvstore.CacheFile('" + f.path() + "', " + std::to_string(py::len(f.layers())) + " layers)";
+      });
+  py::tuple layouts(std::size(kWritableLayouts));
+  for (size_t i = 0; i < std::size(kWritableLayouts); ++i) layouts[i] = py::str(std::string(LayoutName(kWritableLayouts[i])));
+  m.attr("LAYOUTS") = layouts;
+  m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("verify") = false, py::arg("threads") = 0);
+  m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
+        py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,
+        py::arg("layout") = "mlx-lm", py::arg("threads") = 0);
+  m.def("is_kvstore_metadata_key", [](const std::string& key) { return IsKvstoreMetadataKey(key); },
+        py::arg("key"), "True for the metadata keys kvstore itself writes (kvstore_format, digests).");
+  m.def("inspect", &Inspect, py::arg("path"), py::kw_only(), py::arg("verify") = false);
+  m.def("verify", &Verify, py::arg("path"), py::kw_only(), py::arg("threads") = 0);
+}
+
+}  // namespace kvstore::python

@@ -1,0 +1,35 @@
+// kvstore.load / save / inspect / verify / convert / trim and the CacheFile
+// that load returns. Every call releases the GIL while it reads, hashes,
+// compresses or writes, and may run from many threads at once.
+#ifndef KVSTORE_PYTHON_PY_FILE_H_
+#define KVSTORE_PYTHON_PY_FILE_H_
+
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+
+#include "kvstore/json.h"
+#include "kvstore/prompt_cache_file.h"
+
+namespace kvstore::python {
+
+// A JSON value as Python objects (objects keep their key order).
+pybind11::object JsonToPython(const Json& value);
+
+// "mlx-lm" / "mlx-swift-lm" -> layout; InvalidArgumentError otherwise.
+PromptCacheLayout ParseLayoutName(const std::string& name);
+
+// compress: None/False = plain, True = the codec's default level, int = level.
+std::optional<int> ParseCompression(pybind11::handle compress, ZstdCodec codec);
+ZstdCodec ParseCodecName(const std::string& name);
+// The level compression gets when none is given: 3 for zstd, 1 for byte
+// planes (better ratio and faster on 16-bit floats, docs/performance.md).
+int DefaultLevel(ZstdCodec codec);
+
+void RegisterFileApi(pybind11::module_& m);
+void RegisterConvertApi(pybind11::module_& m);
+
+}  // namespace kvstore::python
+
+#endif  // KVSTORE_PYTHON_PY_FILE_H_

@@ -1,0 +1,96 @@
+// kvstore._kvstore.DiskStore: the disk tier (PromptCacheStore) for
+// TieredPromptCache. Thread-safe like the store; the GIL is released while
+// files are read, verified and written.
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvstore/prompt_cache_store.h"
+#include "python/src/py_errors.h"
+#include "python/src/py_layer.h"
+#include "python/src/py_tiers.h"
+
+namespace py = pybind11;
+
+namespace kvstore::python {
+
+namespace {
+
+class PyDiskStore {
+ public:
+  PyDiskStore(const std::filesystem::path& directory, int64_t max_bytes) {
+    PromptCacheStoreOptions options;
+    options.max_bytes = max_bytes;
+    StoreOpenReport report;
+    auto store = [&] {
+      py::gil_scoped_release release;
+      return PromptCacheStore::Open(Env::Default(), directory.string(), options, &report);
+    }();
+    store_ = std::shared_ptr<PromptCacheStore>(Unwrap(std::move(store)));
+    open_entries_ = report.entries;
+    dropped_ = report.dropped;
+  }
+
+  void Put(const std::string& model, const std::vector<int32_t>& tokens, py::handle layers) {
+    std::shared_ptr<PromptCacheStore> store = Get();
+    const PromptCache cache = LayersFromPython(layers);
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = store->Put(model, tokens, cache);
+    }
+    ThrowIfError(s);
+  }
+
+  // (length, [Layer...]) for the longest stored prefix of `tokens`, or None.
+  py::object Fetch(const std::string& model, const std::vector<int32_t>& tokens) {
+    std::shared_ptr<PromptCacheStore> store = Get();
+    auto hit = [&] {
+      py::gil_scoped_release release;
+      return store->FetchLongestPrefix(model, tokens);
+    }();
+    std::optional<PromptCacheStore::Hit> found = Unwrap(std::move(hit));
+    if (!found) return py::none();
+    return py::make_tuple(found->length, LayersToPython(found->cache));
+  }
+
+  // Calls already running keep the store open until they return.
+  void Close() {
+    std::shared_ptr<PromptCacheStore> store = std::move(store_);
+    py::gil_scoped_release release;
+    store.reset();
+  }
+
+  std::shared_ptr<PromptCacheStore> Get() const {
+    if (store_ == nullptr) ThrowStatus(Status::FailedPrecondition("the disk tier is closed"));
+    return store_;
+  }
+  int64_t open_entries() const { return open_entries_; }
+  const std::vector<std::string>& dropped() const { return dropped_; }
+
+ private:
+  std::shared_ptr<PromptCacheStore> store_;  // null once closed
+  int64_t open_entries_ = 0;
+  std::vector<std::string> dropped_;
+};
+
+}  // namespace
+
+void RegisterDiskStore(py::module_& m) {
+  py::class_<PyDiskStore>(m, "DiskStore", "A directory of verified prompt-cache files (the disk tier).")
+      .def(py::init<const std::filesystem::path&, int64_t>(), py::arg("directory"), py::arg("max_bytes"))
+      .def("put", &PyDiskStore::Put, py::arg("model"), py::arg("tokens"), py::arg("layers"))
+      .def("fetch", &PyDiskStore::Fetch, py::arg("model"), py::arg("tokens"))
+      .def("close", &PyDiskStore::Close)
+      .def_property_readonly("entries", [](const PyDiskStore& s) { return s.Get()->entries(); })
+      .def_property_readonly("bytes", [](const PyDiskStore& s) { return s.Get()->bytes(); })
+      .def_property_readonly("corrupt_dropped", [](const PyDiskStore& s) { return s.Get()->corrupt_dropped(); })
+      .def_property_readonly("mismatched_dropped", [](const PyDiskStore& s) { return s.Get()->mismatched_dropped(); })
+      .def_property_readonly("open_entries", &PyDiskStore::open_entries)
+      .def_property_readonly("open_dropped", &PyDiskStore::dropped);
+}
+
+}  // namespace kvstore::python

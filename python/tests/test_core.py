@@ -1,0 +1,284 @@
+"""The core API without MLX: load, save, inspect, verify, convert, trim, tensors, errors."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvstore
+from conftest import FIXTURES, REPO, fixture_files, flatten, run_in_threads, sha256
+
+F16 = FIXTURES / "kvcache_f16_4l.safetensors"
+BF16 = FIXTURES / "kvcache_bf16_4l.safetensors"
+
+
+def kv_layers(n=2, tokens=5, dtype=np.float16):
+    rng = np.random.default_rng(7)
+    return [
+        ("KVCache", [rng.standard_normal((1, 2, tokens, 8)).astype(dtype) for _ in range(2)], "")
+        for _ in range(n)
+    ]
+
+
+def test_every_fixture_loads_with_the_state_and_meta_state_mlx_lm_saved():
+    files = fixture_files()
+    assert len(files) == 19
+    for path in files:
+        side = json.loads(path.with_suffix(".json").read_text())
+        f = kvstore.load(str(path))
+        assert len(f.layers) == side["num_layers"], path.name
+        assert f.metadata == side["user_metadata"], path.name
+        for layer, want in zip(f.layers, side["layers"]):
+            assert layer.class_name == want["class"], path.name
+            assert layer.meta_state == json.loads(json.dumps(want["meta_state"])), path.name
+            got = {name: (list(t.shape), sha256(t)) for name, t in flatten(layer.state)}
+            assert got == {s["key"]: (s["shape"], s["sha256"]) for s in want["state"]}, path.name
+
+
+def test_load_is_zero_copy_and_read_only():
+    f = kvstore.load(str(F16))
+    keys = f.layers[0].state[0]
+    view = memoryview(keys)
+    assert view.readonly and view.format == "e" and view.shape == keys.shape
+    a = np.asarray(keys)
+    assert not a.flags.writeable and not a.flags.owndata
+    with pytest.raises(ValueError):
+        a[0, 0, 0, 0] = 1
+    np.testing.assert_array_equal(np.from_dlpack(keys), a)  # DLPack export, zero-copy too
+    # The views outlive the file object and the layer.
+    del f
+    assert np.asarray(keys).shape == (1, 2, 37, 64)
+
+
+def test_bf16_comes_out_as_uint16_bits_and_as_bfloat16_over_dlpack():
+    t = kvstore.load(str(BF16)).layers[0].state[0]
+    assert t.dtype == "BF16" and t.itemsize == 2
+    bits = np.asarray(t)
+    assert bits.dtype == np.uint16
+    as_f32 = (bits.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(as_f32, np.asarray(t.astype("F32")))
+    assert t.__dlpack_device__() == (1, 0)
+
+
+def test_save_takes_numpy_buffers_and_dlpack_objects(tmp_path):
+    class OnlyDLPack:  # neither numpy nor the buffer protocol
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, stream=None):
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    k = np.arange(40, dtype=np.float32).reshape(1, 1, 5, 8)
+    v = np.ascontiguousarray(np.arange(80, dtype=np.float32).reshape(1, 1, 10, 8)[:, :, ::2, :])
+    strided = np.arange(80, dtype=np.float32).reshape(1, 1, 10, 8)[:, :, ::2, :]
+    bits = np.full((1, 1, 5, 8), 0x3F80, dtype=np.uint16)  # BF16 1.0
+    layers = [
+        ("KVCache", [k, memoryview(v)], ""),
+        ("KVCache", [OnlyDLPack(k), strided], ""),
+        ("KVCache", [kvstore.Tensor(bits, dtype="BF16"), kvstore.Tensor(bits, dtype="bf16")], ""),
+    ]
+    path = str(tmp_path / "x.safetensors")
+    kvstore.save(path, layers, {"model": "m"})
+    f = kvstore.load(path, verify=True)
+    assert f.verified and f.metadata == {"model": "m"}
+    np.testing.assert_array_equal(np.asarray(f.layers[0].state[0]), k)
+    np.testing.assert_array_equal(np.asarray(f.layers[1].state[1]), v)
+    np.testing.assert_array_equal(np.asarray(f.layers[0].state[1]), v)
+    assert f.layers[2].state[0].dtype == "BF16"
+    np.testing.assert_array_equal(np.asarray(f.layers[2].state[0].astype("F32")), np.ones((1, 1, 5, 8)))
+
+
+def test_save_round_trips_loaded_layers_byte_for_byte(tmp_path):
+    for path in fixture_files():
+        out = str(tmp_path / path.name)
+        f = kvstore.load(str(path))
+        kvstore.save(out, f.layers, f.metadata, integrity=False)
+        g = kvstore.load(out)
+        assert [l.meta_state for l in g.layers] == [l.meta_state for l in f.layers]
+        for a, b in zip(g.layers, f.layers):
+            assert [(n, t.dtype, t.shape, t.tobytes()) for n, t in flatten(a.state)] == [
+                (n, t.dtype, t.shape, t.tobytes()) for n, t in flatten(b.state)
+            ]
+
+
+@pytest.mark.parametrize("compress,codec", [(None, "zstd"), (True, "zstd"), (5, "zstd"), (True, "byteplane")])
+def test_compressed_and_verified_files_round_trip(tmp_path, compress, codec):
+    f = kvstore.load(BF16)  # os.PathLike works wherever a path goes
+    out = tmp_path / "c.safetensors"
+    kvstore.save(out, f, f.metadata, compress=compress, codec=codec)
+    g = kvstore.load(out, verify=True)
+    assert g.verified and g.compressed == (compress is not None)
+    assert g.info["format"] == ("safetensors" if compress is None else "safetensors+" + ("zstd-byteplane" if codec == "byteplane" else "zstd"))
+    for a, b in zip(g.layers, f.layers):
+        assert a.state[0].tobytes() == b.state[0].tobytes()
+    assert kvstore.verify(out)["bytes_hashed"] == sum(t.nbytes for l in f.layers for _, t in flatten(l.state))
+
+
+def kvtool_path():
+    kvtool = os.environ.get("KVSTORE_KVTOOL") or shutil.which("kvtool")
+    if not kvtool:
+        pytest.skip("kvtool not found (ctest sets KVSTORE_KVTOOL)")
+    return kvtool
+
+
+def kvtool_run(*args):
+    """(exit code, stdout) of kvtool."""
+    run = subprocess.run([kvtool_path(), *args], capture_output=True, text=True)
+    return run.returncode, run.stdout
+
+
+def kvtool_json(*args):
+    return json.loads(kvtool_run(*args)[1])
+
+
+def test_info_and_inspect_equal_kvtool_inspect_json(tmp_path):
+    compressed = str(tmp_path / "z.safetensors")
+    kvstore.save(compressed, kvstore.load(str(F16)).layers, compress=True)
+    paths = [str(p) for p in fixture_files()] + [compressed]
+    for path in paths:
+        assert kvstore.load(path).info == kvtool_json("inspect", "--json", path), path
+        assert kvstore.inspect(path, verify=True) == kvtool_json("inspect", "--json", "--verify", path), path
+    golden = REPO / "tests" / "cli" / "golden" / "kvcache_f16_4l.json"
+    cwd = os.getcwd()
+    os.chdir(FIXTURES)
+    try:
+        assert kvstore.inspect("kvcache_f16_4l.safetensors") == json.loads(golden.read_text())
+    finally:
+        os.chdir(cwd)
+
+
+def flip_byte(path, offset_from_end=10):
+    data = bytearray(open(path, "rb").read())
+    data[-offset_from_end] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+def test_errors_follow_kvtool_exit_codes(tmp_path):
+    path = str(tmp_path / "v.safetensors")
+    kvstore.save(path, kv_layers())
+    flip_byte(path)
+    cases = [
+        (lambda: kvstore.verify(path), kvstore.CorruptionError, ["verify", "-q", path]),
+        (lambda: kvstore.inspect(path, verify=True), kvstore.CorruptionError, ["inspect", "--verify", path]),
+        (lambda: kvstore.load(str(tmp_path / "missing")), FileNotFoundError, ["inspect", str(tmp_path / "missing")]),
+        (lambda: kvstore.trim(path, path + ".t", -1), kvstore.InvalidArgumentError, ["trim", path, "-n", "-1", "-o", path + ".t"]),
+    ]
+    plain = str(tmp_path / "plain.safetensors")
+    kvstore.save(plain, kv_layers(), integrity=False)
+    cases.append((lambda: kvstore.verify(plain), kvstore.NotSupportedError, ["verify", "-q", plain]))
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    cases.append((lambda: kvstore.load(str(garbage)), kvstore.CorruptionError, ["inspect", str(garbage)]))
+    for call, exc, kvtool_args in cases:
+        with pytest.raises(exc) as info:
+            call()
+        assert isinstance(info.value, kvstore.Error)
+        assert kvtool_run(*kvtool_args)[0] == info.value.exit_code, kvtool_args
+    with pytest.raises(kvstore.CorruptionError):
+        kvstore.load(path, verify=True)
+    assert kvstore.load(path) is not None  # no digest check without verify
+
+
+def test_bad_arguments_are_invalid_argument_errors(tmp_path):
+    out = str(tmp_path / "o.safetensors")
+    bad = [
+        ([("KVCache", [np.zeros((1, 1, 2, 4), np.float16)], "")], {}),  # one array for two
+        ([("KVCache", [np.zeros((1, 1, 2, 4), np.float16)] * 2, "")], {"layout": "nope"}),
+        ([("KVCache", [np.zeros((1, 1, 2, 4), np.float16)] * 2, "")], {"codec": "lz4"}),
+        ([("KVCache", [np.zeros((1, 1, 2, 4), np.float16)] * 2, 7)], {}),
+        ([("KVCache", [np.zeros((2,), dtype=">f4")] * 2, "")], {}),
+        ([("KVCache", [np.zeros((1, 1, 2, 4), np.float16)] * 2, "")], {"metadata": {"a": 1}}),
+    ]
+    for layers, kwargs in bad:
+        with pytest.raises((kvstore.InvalidArgumentError, kvstore.NotSupportedError)):
+            kvstore.save(out, layers, **kwargs)
+    with pytest.raises(kvstore.NotSupportedError):
+        kvstore.save(out, [("NoSuchCache", [], "")])
+    with pytest.raises(TypeError):
+        kvstore.save(out, [("KVCache", [object(), object()], "")])
+    assert not os.path.exists(out)
+
+
+def test_convert_and_trim_do_what_kvtool_does(tmp_path):
+    src = str(F16)
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    kvtool = kvtool_path()
+    runs = [
+        (dict(compress=True), ["--compress"]),
+        (dict(compress=True, codec="byteplane"), ["--codec", "byteplane"]),
+        (dict(integrity=True), ["--integrity"]),
+        (dict(quantize=(4, 64)), ["--quantize", "4:64"]),
+        (dict(dtype="bf16"), ["--dtype", "bf16"]),
+        (dict(layout="mlx-swift-lm"), ["--to", "mlx-swift-lm"]),
+    ]
+    for kwargs, flags in runs:
+        kvstore.convert(src, ours, **kwargs)
+        subprocess.run([kvtool, "convert", src, "-o", theirs, "-q", *flags], check=True)
+        assert open(ours, "rb").read() == open(theirs, "rb").read(), flags
+    assert kvstore.trim(src, ours, 7) == 7
+    subprocess.run([kvtool, "trim", src, "-n", "7", "-o", theirs, "-q"], check=True)
+    assert open(ours, "rb").read() == open(theirs, "rb").read()
+    assert kvstore.trim(src, ours, keep=10) == 27
+    assert kvstore.load(ours).layers[0].offset == 10
+    kvstore.convert(src, ours, compress=True)
+    kvstore.convert(ours, ours, compress=False)
+    assert open(ours, "rb").read() == open(src, "rb").read()
+
+
+def test_calls_are_thread_safe(tmp_path):
+    noise = np.random.default_rng(1).standard_normal((1, 8, 1024, 128)).astype(np.float16)
+    src = str(tmp_path / "src.safetensors")
+    kvstore.save(src, [("KVCache", [noise, noise], "") for _ in range(4)])
+
+    def work(i):
+        for _ in range(5):
+            out = str(tmp_path / f"o{i}.safetensors")
+            kvstore.save(out, kvstore.load(src).layers, compress=True)
+            assert kvstore.load(out, verify=True).verified
+            assert kvstore.verify(src)["bytes_hashed"] == 4 * 2 * noise.nbytes
+            kvstore.trim(src, out, 3)
+
+    assert run_in_threads(work) == []
+
+
+def test_the_gil_is_released_while_saving():
+    noise = np.random.default_rng(2).standard_normal((1, 8, 4096, 128)).astype(np.float16)
+    layers = [("KVCache", [noise, noise], "") for _ in range(4)]  # 32 MiB
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "big.safetensors")
+        span = {}
+
+        def save():
+            span["start"] = time.perf_counter()
+            kvstore.save(out, layers, compress=3, threads=1)
+            span["end"] = time.perf_counter()
+
+        t = threading.Thread(target=save)
+        ticks = []
+        t.start()
+        while t.is_alive():
+            ticks.append(time.perf_counter())
+        t.join()
+    inside = [x for x in ticks if span["start"] <= x <= span["end"]]
+    duration = span["end"] - span["start"]
+    gaps = [b - a for a, b in zip(inside, inside[1:])]
+    # Holding the GIL would stop this thread for the whole call.
+    assert duration > 0.05 and len(inside) > 100
+    assert max(gaps) < duration / 2
+
+
+def test_importing_the_drop_ins_does_not_import_mlx():
+    code = "import sys, kvstore, kvstore.mlx_lm; print(any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,172 @@
+"""kvstore.mlx_lm against the real MLX and mlx-lm cache code in ../shared/mlx-ref."""
+
+import json
+import types
+
+import pytest
+
+import kvstore
+from conftest import FIXTURES, fixture_files, flatten, sha256
+from mlx_lm_v031 import release_arrays_cache
+from kvstore import _mlx_bridge
+from kvstore.mlx_lm import load_prompt_cache, save_prompt_cache
+
+
+def kvstore_keys_removed(metadata):
+    return {k: v for k, v in metadata.items() if not k.startswith("kvstore_")}
+
+
+def assert_same_caches(mx, got, want):
+    assert [type(c).__name__ for c in got] == [type(c).__name__ for c in want]
+    assert [c.meta_state for c in got] == [c.meta_state for c in want]
+    for a, b in zip(got, want):
+        fa, fb = flatten(a.state), flatten(b.state)
+        assert [n for n, _ in fa] == [n for n, _ in fb]
+        for (name, x), (_, y) in zip(fa, fb):
+            if x is None or y is None:
+                assert x is None and y is None, name
+                continue
+            assert (x.dtype, x.shape) == (y.dtype, y.shape), name
+            assert mx.array_equal(x, y).item(), name
+
+
+def test_every_fixture_class_saved_by_kvstore_loads_in_mlx_lm(mlx_cache, mx, tmp_path):
+    files = fixture_files()
+    assert len(files) == 19
+    classes = set()
+    for path in files:
+        want, metadata = mlx_cache.load_prompt_cache(str(path), return_metadata=True)
+        classes |= {type(c).__name__ for c in want}
+        for integrity in (True, False):
+            out = tmp_path / f"{path.stem}.{integrity}.safetensors"
+            save_prompt_cache(str(out), want, metadata, integrity=integrity)
+            got, got_metadata = mlx_cache.load_prompt_cache(str(out), return_metadata=True)
+            assert_same_caches(mx, got, want)
+            if integrity:
+                assert set(got_metadata) - set(metadata) == {
+                    "kvstore_format", "kvstore_sha256_tensors", "kvstore_sha256_header"}
+            assert kvstore_keys_removed(got_metadata) == metadata
+    assert classes == {"KVCache", "RotatingKVCache", "QuantizedKVCache", "ChunkedKVCache", "ArraysCache",
+                       "CacheList", "BatchKVCache", "BatchRotatingKVCache"}
+
+
+def test_files_mlx_lm_saves_load_in_kvstore_identically(mlx_cache, mx, tmp_path):
+    for path in fixture_files():
+        want, metadata = mlx_cache.load_prompt_cache(str(path), return_metadata=True)
+        out = str(tmp_path / path.name)
+        mlx_cache.save_prompt_cache(out, want, metadata)
+        got, got_metadata = load_prompt_cache(out, return_metadata=True)
+        assert_same_caches(mx, got, want)
+        assert got_metadata == metadata
+        # The same through kvstore's reader (what compressed, verified and ArraysCache files take).
+        assert_same_caches(mx, _mlx_bridge.caches_from_layers(kvstore.load(out).layers), want)
+
+
+def test_plain_files_are_checked_before_mlx_reads_them(mlx_cache, mx, tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    with pytest.raises(kvstore.CorruptionError):
+        load_prompt_cache(bad)
+    out = tmp_path / "ours.safetensors"
+    save_prompt_cache(out, live_caches(mlx_cache, mx)[:3], {"m": "1"})
+    assert load_prompt_cache(out, return_metadata=True)[1] == {"m": "1"}  # digests not user metadata
+
+
+def live_caches(mlx_cache, mx):
+    """Caches grown by mlx-lm itself (partly filled buffers, BF16, quantized, rotated)."""
+    k = mx.random.normal((1, 2, 300, 64)).astype(mx.bfloat16)
+    kv, rot, quant = mlx_cache.KVCache(), mlx_cache.RotatingKVCache(max_size=64, keep=4), mlx_cache.QuantizedKVCache(64, 4)
+    for c in (kv, rot, quant):
+        c.update_and_fetch(k, k)
+        for i in range(3):
+            c.update_and_fetch(k[:, :, i : i + 1], k[:, :, i : i + 1])
+    arrays = mlx_cache.ArraysCache(2)
+    arrays[0] = mx.ones((1, 3, 16), dtype=mx.float32)
+    arrays[1] = mx.zeros((1, 4, 8), dtype=mx.bfloat16)
+    return [kv, rot, quant, arrays, mlx_cache.CacheList(mlx_cache.KVCache(), mlx_cache.ArraysCache(1))]
+
+
+def test_live_caches_round_trip_both_ways(mlx_cache, mx, tmp_path):
+    caches = live_caches(mlx_cache, mx)
+    caches[4].caches[0].update_and_fetch(mx.ones((1, 1, 3, 8)), mx.ones((1, 1, 3, 8)))
+    caches[4].caches[1][0] = mx.ones((1, 2))
+    ours, theirs = str(tmp_path / "ours.safetensors"), str(tmp_path / "theirs.safetensors")
+    save_prompt_cache(ours, caches, {"model": "live"})
+    mlx_cache.save_prompt_cache(theirs, caches, {"model": "live"})
+    assert_same_caches(mx, mlx_cache.load_prompt_cache(ours), mlx_cache.load_prompt_cache(theirs))
+    assert_same_caches(mx, load_prompt_cache(theirs), mlx_cache.load_prompt_cache(theirs))
+    assert load_prompt_cache(ours, return_metadata=True)[1] == {"model": "live"}
+
+
+@pytest.mark.parametrize("compress,codec", [(True, "zstd"), (9, "zstd"), (True, "byteplane")])
+def test_compressed_and_verified_files_round_trip(mlx_cache, mx, tmp_path, compress, codec):
+    caches = live_caches(mlx_cache, mx)[:4]
+    out = str(tmp_path / "c.safetensors")
+    save_prompt_cache(out, caches, {"k": "v"}, compress=compress, codec=codec)
+    got, metadata = load_prompt_cache(out, return_metadata=True, verify=True)
+    assert metadata == {"k": "v"}
+    plain = str(tmp_path / "plain.safetensors")
+    mlx_cache.save_prompt_cache(plain, caches)
+    assert_same_caches(mx, got, mlx_cache.load_prompt_cache(plain))
+    # mlx-lm refuses the compressed container loudly instead of misreading it.
+    with pytest.raises(Exception):
+        mlx_cache.load_prompt_cache(out)
+
+
+def test_corrupt_files_fail_verification(mlx_cache, mx, tmp_path):
+    out = str(tmp_path / "v.safetensors")
+    save_prompt_cache(out, live_caches(mlx_cache, mx)[:1])
+    data = bytearray(open(out, "rb").read())
+    data[-3] ^= 0x01
+    open(out, "wb").write(bytes(data))
+    with pytest.raises(kvstore.CorruptionError, match="integrity check failed for tensor"):
+        load_prompt_cache(out, verify=True)
+
+
+def test_names_get_the_safetensors_suffix_like_mx_save_safetensors(mlx_cache, mx, tmp_path):
+    save_prompt_cache(str(tmp_path / "noext"), live_caches(mlx_cache, mx)[:1])
+    assert (tmp_path / "noext.safetensors").is_file()
+
+
+def legacy_module(mlx_cache):
+    """The imported mlx-lm as v0.31 had it: ArraysCache.state is the flat slot list."""
+    module = types.ModuleType("legacy_mlx_lm_cache")
+    module.__dict__.update({k: v for k, v in vars(mlx_cache).items() if not k.startswith("__")})
+    module.ArraysCache = release_arrays_cache(mlx_cache)
+    return module
+
+
+def test_arrays_cache_follows_the_imported_mlx_lm(mlx_cache, mx, tmp_path):
+    assert _mlx_bridge.arrays_state_form(mlx_cache) == _mlx_bridge.ARRAYS_TRIPLE
+    legacy = legacy_module(mlx_cache)
+    assert _mlx_bridge.arrays_state_form(legacy) == _mlx_bridge.ARRAYS_FLAT
+    # Both file layouts load into the legacy classes with the flat state...
+    for path in (FIXTURES / "arrayscache_basic.safetensors", FIXTURES / "mlx-lm-v0.31.3" / "arrayscache_basic.safetensors"):
+        side = json.loads(path.with_suffix(".json").read_text())
+        (cache,) = _mlx_bridge.caches_from_layers(kvstore.load(str(path)).layers, module=legacy)
+        assert isinstance(cache.state, list) and len(cache.state) == 2
+        want = {s["key"]: s["sha256"] for s in side["layers"][0]["state"]}
+        assert [sha256(memoryview(kvstore.Tensor(x))) for x in cache.state] == [
+            want.get("0.0", want.get("0")), want.get("0.1", want.get("1"))]
+    # ... and a legacy cache goes out in the library's form.
+    layers = _mlx_bridge.layers_from_caches([cache], module=legacy)
+    assert [t.shape for t in layers[0][1][0]] == [tuple(x.shape) for x in cache.state]
+    if "mlx-lm-0.31" in getattr(kvstore._kvstore, "LAYOUTS", ()):
+        assert _mlx_bridge.layout_for(layers, module=legacy) == "mlx-lm-0.31"
+        out = tmp_path / "legacy.safetensors"
+        kvstore.save(out, layers, layout="mlx-lm-0.31")
+        names = [t["name"] for t in kvstore.inspect(out)["layers"][0]["tensors"]]
+        assert sorted(names) == ["0.0", "0.1"]  # the release's flat slot list
+        (back,) = _mlx_bridge.caches_from_layers(kvstore.load(out).layers, module=legacy)
+        assert [bytes(memoryview(x)) for x in back.state] == [bytes(memoryview(x)) for x in cache.state]
+    else:  # this build cannot write the v0.31 layout: refuse rather than write a misread file
+        with pytest.raises(kvstore.NotSupportedError, match="ArraysCache"):
+            _mlx_bridge.layout_for(layers, module=legacy)
+    kv_only = _mlx_bridge.layers_from_caches([mlx_cache.KVCache.from_state([mx.ones((1, 1, 2, 4))] * 2, "")], module=legacy)
+    assert _mlx_bridge.layout_for(kv_only, module=legacy) == "mlx-lm"
+
+
+def test_legacy_mamba_cache_loads_as_an_arrays_cache(mlx_cache, mx):
+    path = FIXTURES / "mlx-lm-v0.30.5-19-gb77ec6b9" / "mambacache_kv.safetensors"
+    caches = load_prompt_cache(str(path))
+    assert "ArraysCache" in [type(c).__name__ for c in caches]

@@ -1,0 +1,262 @@
+"""TieredPromptCache against mlx-lm's own LRUPromptCache (mlx-ref), plus its disk tier."""
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+import kvstore
+from conftest import flatten, run_in_threads
+from kvstore.mlx_lm import TieredPromptCache
+
+MODEL = ("models/demo", None, None)  # mlx_lm.server's model key shape
+
+
+def make_cache(mlx_cache, mx, tokens, kind):
+    """A cache whose keys encode the tokens, so a served cache shows what it covers."""
+    n = len(tokens)
+    k = (mx.array(tokens, dtype=mx.float16).reshape(1, 1, n, 1) * mx.ones((1, 1, 1, 4), dtype=mx.float16))
+    if kind == "kv":
+        layers = [mlx_cache.KVCache(), mlx_cache.KVCache()]
+    elif kind == "rotating":  # not trimmable once full
+        layers = [mlx_cache.RotatingKVCache(max_size=6, keep=2)]
+    else:
+        layers = [mlx_cache.QuantizedKVCache(group_size=32, bits=8)]
+        k = mx.concatenate([k] * 8, axis=-1)
+    for c in layers:
+        if n:
+            c.update_and_fetch(k, k)
+    return layers
+
+
+def state_of(cache):
+    if cache is None:
+        return None
+    out = []
+    for c in cache:
+        leaves = [(name, None if x is None else (str(x.dtype), tuple(x.shape), bytes(memoryview(x))))
+                  for name, x in flatten(c.state)]
+        out.append((type(c).__name__, c.meta_state, leaves))
+    return out
+
+
+def recorded_sequence(seed=11, steps=240):
+    """insert / fetch / trim_to calls over prompts that share prefixes."""
+    rng = random.Random(seed)
+    stems = [[1, 2, 3, 4], [1, 2, 9], [7, 8], [5]]
+    prompts = []
+    for _ in range(10):
+        p = list(rng.choice(stems)) + [rng.randrange(1, 20) for _ in range(rng.randrange(0, 6))]
+        prompts.append(p)
+    ops = []
+    for _ in range(steps):
+        r = rng.random()
+        p = rng.choice(prompts)
+        model = MODEL if rng.random() < 0.85 else ("models/other", None, None)
+        if r < 0.45:
+            ops.append(("insert", model, p, rng.choice(["kv", "kv", "rotating", "quantized"]),
+                        rng.choice(["assistant", "user", "system"])))
+        elif r < 0.95:
+            q = p[: rng.randrange(0, len(p) + 1)] + ([rng.randrange(1, 20)] if rng.random() < 0.5 else [])
+            ops.append(("fetch", model, q))
+        else:
+            ops.append(("trim_to", rng.choice([None, 3, 5]), rng.choice([None, 4000, 100000])))
+    return ops
+
+
+def run(ops, lru, mlx_cache, mx, on_fetch):
+    for op in ops:
+        if op[0] == "insert":
+            _, model, tokens, kind, cache_type = op
+            lru.insert_cache(model, tokens, make_cache(mlx_cache, mx, tokens, kind), cache_type=cache_type)
+        elif op[0] == "fetch":
+            cache, rest = lru.fetch_nearest_cache(op[1], op[2])
+            on_fetch(op, cache, rest)
+        else:
+            lru.trim_to(n_sequences=op[1], n_bytes=op[2])
+
+
+def reference_results(mlx_cache, mx, ops, max_size, max_bytes):
+    ref = mlx_cache.LRUPromptCache(max_size=max_size, max_bytes=max_bytes)
+    results = []
+    run(ops, ref, mlx_cache, mx, lambda op, c, rest: results.append((state_of(c), list(rest), len(ref), ref.nbytes)))
+    return results
+
+
+@pytest.mark.parametrize("max_size,max_bytes", [(10, 1 << 63), (4, 1 << 63), (50, 3000)])
+def test_memory_tier_matches_mlx_lm_lru_prompt_cache(mlx_cache, mx, max_size, max_bytes):
+    ops = recorded_sequence()
+    want = reference_results(mlx_cache, mx, ops, max_size, max_bytes)
+    assert sum(1 for s, *_ in want if s is not None) > 20  # the sequence exercises hits
+    got = []
+    ours = TieredPromptCache(max_size=max_size, max_bytes=max_bytes)
+    run(ops, ours, mlx_cache, mx, lambda op, c, rest: got.append((state_of(c), list(rest), len(ours), ours.nbytes)))
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"fetch #{i}"
+
+
+def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path):
+    ops = recorded_sequence(seed=5)
+    want = reference_results(mlx_cache, mx, ops, 3, 1 << 63)
+    inserted = {}
+    for op in ops:
+        if op[0] == "insert":
+            # Every version: with writes behind, disk may still hold an earlier one.
+            inserted.setdefault((op[1], tuple(op[2])), []).append(state_of(make_cache(mlx_cache, mx, op[2], op[3])))
+    got, disk_hits = [], [0]
+
+    def check(op, cache, rest):
+        got.append((state_of(cache), list(rest)))
+
+    with TieredPromptCache(max_size=3, directory=tmp_path / "store") as ours:
+        run(ops, ours, mlx_cache, mx, check)
+    for (g_state, g_rest), (w_state, w_rest, _, _), op in zip(got, want, [o for o in ops if o[0] == "fetch"]):
+        if w_state is not None:
+            assert (g_state, g_rest) == (w_state, w_rest)  # memory hits are mlx-lm's
+        elif g_state is not None:  # a disk hit: the cache inserted for the prefix it covers
+            disk_hits[0] += 1
+            covered = op[2][: len(op[2]) - len(g_rest)] if g_rest else op[2]
+            assert g_state in inserted[(op[1], tuple(covered))]
+    assert disk_hits[0] > 0
+
+    # A new process on the same directory serves the old prefixes.
+    with TieredPromptCache(max_size=3, directory=tmp_path / "store") as restarted:
+        assert len(restarted) == 0 and restarted.disk_stats()["entries"] > 0
+        hits = 0
+        for (model, tokens), states in inserted.items():
+            cache, rest = restarted.fetch_nearest_cache(model, list(tokens))
+            if cache is not None and rest == []:
+                hits += 1
+                assert state_of(cache) == states[-1]  # close() flushed every write
+        assert hits >= len(inserted) // 2  # the disk budget keeps most of them
+
+
+def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
+    store = tmp_path / "store"
+    with TieredPromptCache(directory=store) as cache:
+        for n in range(3, 8):
+            cache.insert_cache(MODEL, list(range(n)), make_cache(mlx_cache, mx, list(range(n)), "kv"))
+    files = sorted(p for p in store.iterdir() if p.suffix == ".safetensors")
+    assert len(files) == 5
+    for i, f in enumerate(files):
+        data = bytearray(f.read_bytes())
+        if i == 0:
+            data = data[: len(data) // 2]  # truncated
+        else:
+            data[-5] ^= 0x40  # a flipped bit in tensor data
+        f.write_bytes(bytes(data))
+    with TieredPromptCache(directory=store) as cache:
+        for n in range(3, 8):
+            got, rest = cache.fetch_nearest_cache(MODEL, list(range(n)))
+            assert got is None and rest == list(range(n))
+        stats = cache.disk_stats()
+        assert stats["entries"] == 0
+        assert stats["corrupt_dropped"] + len(cache._disk.open_dropped) >= 5
+
+
+def test_writes_are_flushed_at_interpreter_exit(mlx_cache, tmp_path):
+    store = tmp_path / "store"
+    code = f"""
+import sys
+sys.path.insert(0, {str(mlx_cache.__file__.rsplit('/mlx_lm/', 1)[0])!r})
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+from kvstore.mlx_lm import TieredPromptCache
+c = KVCache(); c.update_and_fetch(mx.ones((1, 1, 4, 8)), mx.ones((1, 1, 4, 8)))
+cache = TieredPromptCache(directory={str(store)!r})
+cache.insert_cache(("m", None), [1, 2, 3, 4], [c])
+"""  # no close(): the atexit hook flushes
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
+    with TieredPromptCache(directory=store) as cache:
+        got, rest = cache.fetch_nearest_cache(("m", None), [1, 2, 3, 4, 5])
+        assert got is not None and rest == [5] and got[0].offset == 4
+
+
+def test_a_collected_cache_flushes_and_releases_its_directory(mlx_cache, mx, tmp_path):
+    import gc
+
+    cache = TieredPromptCache(directory=tmp_path / "store")
+    cache.insert_cache(MODEL, [1, 2, 3], make_cache(mlx_cache, mx, [1, 2, 3], "kv"))
+    with pytest.raises(kvstore.FailedPreconditionError, match="another process|held"):
+        TieredPromptCache(directory=tmp_path / "store")  # one owner at a time
+    del cache
+    gc.collect()
+    with TieredPromptCache(directory=tmp_path / "store") as again:
+        got, rest = again.fetch_nearest_cache(MODEL, [1, 2, 3, 4])
+        assert rest == [4] and got[0].offset == 3
+
+
+class NumpyKVCache:
+    """A KVCache-shaped cache over numpy arrays: MLX binds its arrays to one thread."""
+
+    def __init__(self, tokens):
+        import numpy as np
+
+        k = np.repeat(np.array(tokens, dtype=np.float16).reshape(1, 1, -1, 1), 4, axis=3)
+        self.keys, self.values, self.offset = k, k + 1, len(tokens)
+
+    state = property(lambda self: (self.keys[:, :, : self.offset], self.values[:, :, : self.offset]))
+    meta_state = ""
+    nbytes = property(lambda self: self.keys.nbytes + self.values.nbytes)
+
+    def is_trimmable(self):
+        return True
+
+    def trim(self, n):
+        n = min(self.offset, n)
+        self.offset -= n
+        return n
+
+
+NumpyKVCache.__name__ = "KVCache"  # what the disk tier records as the class
+
+
+def test_concurrent_use(mlx_cache, mx, tmp_path):
+    rng = random.Random(3)
+    prompts = sorted({tuple([1, 2] + [rng.randrange(5) for _ in range(rng.randrange(1, 5))]) for _ in range(12)})
+    with TieredPromptCache(max_size=100, directory=tmp_path / "store") as cache:
+        for p in prompts:
+            cache.insert_cache(MODEL, list(p), [NumpyKVCache(p)])
+
+        def worker(seed):
+            rng = random.Random(seed)
+            for _ in range(200):
+                tokens = list(rng.choice(prompts))
+                if rng.random() < 0.3:
+                    cache.insert_cache(MODEL, tokens, [NumpyKVCache(tokens)])
+                    continue
+                got, rest = cache.fetch_nearest_cache(MODEL, tokens + [9])
+                covered = len(tokens) + 1 - len(rest)
+                assert got is not None and covered >= 2
+                assert got[0].offset == covered
+                assert got[0].state[0][0, 0, :, 0].tolist() == tokens[:covered]
+
+        assert run_in_threads(worker) == []
+    with TieredPromptCache(directory=tmp_path / "store") as restarted:  # MLX on this thread only
+        for p in prompts:
+            got, rest = restarted.fetch_nearest_cache(MODEL, list(p))
+            assert rest == [] and bytes(memoryview(got[0].state[0])) == NumpyKVCache(p).keys.tobytes()
+
+
+def test_interface_details(mlx_cache, mx, tmp_path):
+    with pytest.raises(kvstore.NotSupportedError, match="Redis"):
+        TieredPromptCache(redis="redis://127.0.0.1:6379")
+    cache = TieredPromptCache(max_size=2)
+    with pytest.raises(KeyError):
+        cache.insert_cache(MODEL, [1, 2], make_cache(mlx_cache, mx, [1, 2], "kv"), cache_type="tool")
+    with pytest.raises(TypeError):
+        cache.insert_cache(["unhashable"], [1], [])
+    other_model = object()  # hashable but with no stable name: memory only
+    cache.insert_cache(other_model, [1, 2, 3], make_cache(mlx_cache, mx, [1, 2, 3], "kv"))
+    assert cache.fetch_nearest_cache(other_model, [1, 2, 3])[1] == []
+    assert cache.stats_by_type()["assistant"]["n_sequences"] == 1
+    cache.trim_to(n_sequences=0)
+    assert len(cache) == 0 and cache.nbytes == 0
+    assert kvstore.mlx_lm.TieredPromptCache is TieredPromptCache
+    from kvstore._tiered import model_fingerprint
+
+    assert model_fingerprint(("a", None, None)) == 'kvstore-model/1:["a",null,null]'
+    assert model_fingerprint(other_model) is None
