@@ -42,13 +42,25 @@ std::unique_ptr<kvstore::SharedPromptCache> Tier(kvstore::KvBackend* backend) {
       .value();
 }
 
-// Arg: chunks per insert. 32 layers of one 64-dim F16 head: 2 MiB a chunk.
+// A tier on the bench backend and a cache of range(0) chunks: 32 layers of
+// one 64-dim F16 head, 2 MiB a chunk.
+struct ChunkBench {
+  explicit ChunkBench(const benchmark::State& state)
+      : backend(BenchBackend()),
+        tier(Tier(backend)),
+        tokens(state.range(0) * kChunk),
+        cache(Cache(32, tokens, 1, 64)),
+        model(kvstore::ModelFingerprint::Of("bench", cache).value()) {}
+  kvstore::KvBackend* backend;
+  std::unique_ptr<kvstore::SharedPromptCache> tier;
+  int64_t tokens;
+  kvstore::PromptCache cache;
+  kvstore::ModelFingerprint model;
+};
+
 void BM_SharedPutChunks(benchmark::State& state) {
-  kvstore::KvBackend* backend = BenchBackend();
-  auto tier = Tier(backend);
-  const int64_t tokens = state.range(0) * kChunk;
-  const kvstore::PromptCache cache = Cache(32, tokens, 1, 64);
-  const kvstore::ModelFingerprint model = kvstore::ModelFingerprint::Of("bench", cache).value();
+  ChunkBench b(state);
+  auto& [backend, tier, tokens, cache, model] = b;
   int64_t bytes = 0;
   for (auto _ : state) {
     const std::vector<int32_t> t = FreshTokens(tokens);
@@ -85,11 +97,8 @@ void BM_RawPutSameSizes(benchmark::State& state) {
 BENCHMARK(BM_RawPutSameSizes)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_SharedGetChunks(benchmark::State& state) {
-  kvstore::KvBackend* backend = BenchBackend();
-  auto tier = Tier(backend);
-  const int64_t tokens = state.range(0) * kChunk;
-  const kvstore::PromptCache cache = Cache(32, tokens, 1, 64);
-  const kvstore::ModelFingerprint model = kvstore::ModelFingerprint::Of("bench", cache).value();
+  ChunkBench b(state);
+  auto& [backend, tier, tokens, cache, model] = b;
   const std::vector<int32_t> t = FreshTokens(tokens);
   if (!tier->Insert(model, t, cache).ok()) state.SkipWithError("insert failed");
   int64_t bytes = 0;
