@@ -80,10 +80,12 @@ TEST(ServerPromptCacheTest, ServesAPrefixOfALongerPromptByTrimming) {
   EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(stored, 150)));
   // A query that is a strict prefix of the stored prompt: all but one token.
   ASSERT_OK_AND_ASSIGN(auto prefix, cache.Fetch(Model(), std::span(conversation).first(40)));
+  ASSERT_TRUE(prefix.has_value());
   EXPECT_EQ(prefix->reused, 39);
   // A shorter stored prefix loses to the longer common prefix.
   ASSERT_OK(cache.Insert(Model(), std::span(conversation).first(64), Prompt(64, 6)));
   ASSERT_OK_AND_ASSIGN(auto again, cache.Fetch(Model(), edited));
+  ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->reused, 150);
   // Caches that cannot be trimmed are only served as stored prefixes.
   auto arrays = std::make_shared<ArraysCache>(1);
@@ -130,6 +132,7 @@ TEST(ServerPromptCacheTest, DiskHitsAreServedAndKeptInMemory) {
   EXPECT_EQ(hit->tier, PromptCacheTier::kDisk);
   EXPECT_EQ(hit->reused, 50);
   ASSERT_OK_AND_ASSIGN(auto again, cache.Fetch(Model(), query));
+  ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->tier, PromptCacheTier::kMemory);
   EXPECT_EQ(Describe(again->cache), Describe(Prompt(50, 9)));
 }
@@ -153,6 +156,7 @@ TEST(ServerPromptCacheTest, AnotherServersPrefixComesFromTheSharedTier) {
   EXPECT_EQ(hit->foreign_tokens, 64);
   EXPECT_EQ(Describe(hit->cache), Describe(stored));
   ASSERT_OK_AND_ASSIGN(auto again, b.Fetch(Model(), query));
+  ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->tier, PromptCacheTier::kMemory);
   // The query ending on a chunk boundary: one token is given back.
   ASSERT_OK_AND_ASSIGN(auto exact, ServerPromptCache({.shared = tier_b.get()}).Fetch(Model(), system));

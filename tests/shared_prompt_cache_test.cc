@@ -85,6 +85,7 @@ TEST_F(SharedPromptCacheTest, WritersShareTheChunksOfACommonPrefix) {
   EXPECT_EQ(a->stats().chunks_present, 5);
   // Its own chunks are not foreign to a.
   ASSERT_OK_AND_ASSIGN(auto own, a->Fetch(fp_, first_));
+  ASSERT_TRUE(own.has_value());
   EXPECT_EQ(own->tokens, 5 * kC);
   EXPECT_EQ(own->foreign_tokens, 0);
 }
@@ -253,6 +254,7 @@ TEST_F(SharedPromptCacheTest, AFetchThatCannotBeatTheOtherTiersReadsNothing) {
   EXPECT_FALSE(none.has_value());
   EXPECT_EQ(tier->stats().values_read, 0);
   ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, first_, 5 * kC - 1));
+  ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->tokens, 5 * kC);
   ASSERT_OK_AND_ASSIGN(auto short_query, tier->Fetch(fp_, std::span(first_).first(kC - 1)));
   EXPECT_FALSE(short_query.has_value());
@@ -290,6 +292,7 @@ TEST_F(SharedPromptCacheTest, InsertsAreQueuedAndDroppedWhenTheQueueIsFull) {
   EXPECT_EQ(tier->stats().chunks_written, 5);
   EXPECT_EQ(tier->stats().chunks_present, 10);
   ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, first_));
+  ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->tokens, 5 * kC);
 }
 
