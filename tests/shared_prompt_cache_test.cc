@@ -273,6 +273,13 @@ TEST_F(SharedPromptCacheTest, BackendFailuresAreMissesAndErrors) {
   faulty.FailAll(false);
   ASSERT_OK_AND_ASSIGN(auto again, tier->Fetch(fp_, first_));
   EXPECT_TRUE(again.has_value());
+  // A backend that answers a batch with too few results.
+  faulty.ShortResults(true);
+  ASSERT_OK_AND_ASSIGN(auto broken, tier->Fetch(fp_, first_));
+  EXPECT_FALSE(broken.has_value());
+  EXPECT_THAT(tier->Insert(fp_, second_, TwoLayers(static_cast<int64_t>(second_.size()), 2)),
+              testing::HasCode(StatusCode::kIOError, "results for"));
+  EXPECT_EQ(tier->stats().backend_errors, 4);
 }
 
 // A stalled store never holds a request thread: inserts queue up to the

@@ -101,12 +101,14 @@ inline ModelFingerprint FingerprintOf(const PromptCache& cache, const std::strin
   return std::move(fp).value();
 }
 
-// A KvBackend over another that can fail every call, or hold every call
-// until Release() (a stalled server).
+// A KvBackend over another that can fail every call, hold every call until
+// Release() (a stalled server), or answer batches with one result too few
+// (a broken backend).
 class FaultyBackend : public KvBackend {
  public:
   explicit FaultyBackend(KvBackend* base) : base_(base) {}
   void FailAll(bool fail) { fail_ = fail; }
+  void ShortResults(bool short_results) { short_ = short_results; }
   void Hold() {
     std::lock_guard<std::mutex> l(mu_);
     held_ = true;
@@ -122,7 +124,7 @@ class FaultyBackend : public KvBackend {
 
   Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) override {
     KV_RETURN_IF_ERROR(Enter());
-    return base_->Get(keys);
+    return Shorten(base_->Get(keys));
   }
   Result<std::optional<std::string>> GetRange(std::string_view key, int64_t start, int64_t length) override {
     KV_RETURN_IF_ERROR(Enter());
@@ -130,11 +132,11 @@ class FaultyBackend : public KvBackend {
   }
   Result<std::vector<bool>> Exists(std::span<const std::string> keys) override {
     KV_RETURN_IF_ERROR(Enter());
-    return base_->Exists(keys);
+    return Shorten(base_->Exists(keys));
   }
   Result<std::vector<bool>> PutIfAbsent(std::span<const KvPut> items) override {
     KV_RETURN_IF_ERROR(Enter());
-    return base_->PutIfAbsent(items);
+    return Shorten(base_->PutIfAbsent(items));
   }
   Status Delete(std::span<const std::string> keys) override {
     KV_RETURN_IF_ERROR(Enter());
@@ -154,8 +156,14 @@ class FaultyBackend : public KvBackend {
     if (fail_) return Status::IOError("redis 127.0.0.1:1: timeout after 50 ms (injected)");
     return Status::OK();
   }
+  template <typename T>
+  Result<std::vector<T>> Shorten(Result<std::vector<T>> r) {
+    if (short_ && r.ok() && !r->empty()) r->pop_back();
+    return r;
+  }
   KvBackend* base_;
   std::atomic<bool> fail_{false};
+  std::atomic<bool> short_{false};
   std::atomic<int> calls_{0};
   std::mutex mu_;
   std::condition_variable cv_;

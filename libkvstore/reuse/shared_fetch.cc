@@ -47,7 +47,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       probe.push_back(snapshot_keys.back());
     }
   }
-  Result<std::vector<bool>> present = options.backend->Exists(probe);
+  Result<std::vector<bool>> present = OnePerKey(options.backend->Exists(probe), probe.size());
   if (!present.ok()) {
     Add(&Stats::backend_errors);
     return std::optional<Hit>();
@@ -72,7 +72,8 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
   auto read = [&](int64_t first) {
     const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
     return std::async(std::launch::async, [this, &keys, first, last]() -> Values {
-      return options.backend->Get(std::span<const std::string>(keys).subspan(first, last - first));
+      return OnePerKey(options.backend->Get(std::span<const std::string>(keys).subspan(first, last - first)),
+                       static_cast<size_t>(last - first));
     });
   };
   std::future<Values> next = read(0);
@@ -127,7 +128,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     if (need_snapshot) {
       if (!snapshot[k]) continue;
       const std::string keys_k[] = {snapshot_keys[k - 1]};
-      Result<std::vector<std::optional<std::string>>> value = options.backend->Get(keys_k);
+      Result<std::vector<std::optional<std::string>>> value = OnePerKey(options.backend->Get(keys_k), 1);
       if (!value.ok()) {
         Add(&Stats::backend_errors);
         return std::optional<Hit>();

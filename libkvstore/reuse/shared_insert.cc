@@ -65,7 +65,7 @@ class PutBatch {
   Status Put(const std::vector<Item>& items) {
     std::vector<KvPut> puts;
     for (const Item& item : items) puts.push_back({item.key, item.value});
-    Result<std::vector<bool>> written = impl_.options.backend->PutIfAbsent(puts);
+    Result<std::vector<bool>> written = OnePerKey(impl_.options.backend->PutIfAbsent(puts), puts.size());
     if (!written.ok()) {
       impl_.Add(&SharedPromptCache::Stats::backend_errors);
       return written.status();
@@ -159,7 +159,7 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
     }
   }
   for (const auto& [i, s] : snapshot_at) keys.push_back(ChunkKey(prefix, ns.ns, ChunkKind::kSnapshot, chain[i]));
-  Result<std::vector<bool>> present = options.backend->Exists(keys);
+  Result<std::vector<bool>> present = OnePerKey(options.backend->Exists(keys), keys.size());
   if (!present.ok()) {
     Add(&Stats::backend_errors);
     return present.status();

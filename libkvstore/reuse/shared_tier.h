@@ -18,6 +18,17 @@
 
 namespace kvstore {
 
+// A batched backend call's result, checked to hold one entry per argument
+// (a backend that breaks that contract is an I/O error, not a crash).
+template <typename T>
+Result<std::vector<T>> OnePerKey(Result<std::vector<T>> got, size_t keys) {
+  if (got.ok() && got->size() != keys) {
+    return Status::IOError("shared tier: the backend answered " + std::to_string(got->size()) + " results for " +
+                           std::to_string(keys) + " keys");
+  }
+  return got;
+}
+
 // What the tier knows about one model's namespace.
 struct SharedNamespace {
   explicit SharedNamespace(ModelFingerprint model) : fingerprint(std::move(model)) {}
