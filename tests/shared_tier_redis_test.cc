@@ -160,7 +160,6 @@ TEST(SharedTierRedis, EvictionEndsPrefixesButNeverServesWrongKv) {
   int served = 0, partial = 0;
   for (const auto& [tokens, cache] : prompts) {
     ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(FingerprintOf(cache), tokens));
-    ASSERT_TRUE(hit.has_value());
     if (!hit) continue;
     ++served;
     partial += hit->tokens < 8 * kC;
