@@ -29,12 +29,14 @@ void BM_ServerFetchHit(benchmark::State& state) {
   kvstore::ServerPromptCache cache({16, int64_t{1} << 40});
   std::vector<int32_t> key(static_cast<size_t>(tokens));
   for (int64_t i = 0; i < tokens; ++i) key[i] = static_cast<int32_t>(i);
-  (void)cache.Insert("m", key, BigCache(tokens, heads));
+  const kvstore::PromptCache stored = BigCache(tokens, heads);
+  const kvstore::ModelFingerprint model = kvstore::ModelFingerprint::Of("m", stored).value();
+  (void)cache.Insert(model, key, stored);
   std::vector<int32_t> query = key;
   query.push_back(-1);
   int64_t bytes = 0;
   for (auto _ : state) {
-    auto hit = cache.Fetch("m", query);
+    auto hit = cache.Fetch(model, query);
     benchmark::DoNotOptimize(hit);
     bytes = cache.stats().bytes;
   }

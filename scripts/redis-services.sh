@@ -5,6 +5,9 @@
 #
 #   scripts/redis-services.sh start [DIR]   start (restarting what DIR holds), write DIR/env
 #   scripts/redis-services.sh stop  [DIR]   stop every server of DIR and remove DIR
+#   scripts/redis-services.sh restart DIR NODE
+#                                           SIGKILL one server (single, cluster1..3) and
+#                                           start it again, same port, data dir and options
 #
 # DIR defaults to ${TMPDIR:-/tmp}/kvstore-redis-$UID. DIR/env holds, one
 # KEY=VALUE a line (source it, or let the tests read it via KVSTORE_TEST_REDIS_ENV):
@@ -57,10 +60,18 @@ start_node() {
   shift 2
   local d="$dir/$name"
   rm -rf "$d" && mkdir -p "$d"
-  setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$d" --save '' --appendonly no \
+  local args=(--port "$port" --bind 127.0.0.1 --dir "$d" --save '' --appendonly no \
     --daemonize no --logfile "$d/redis.log" --requirepass "$password" --masterauth "$password" \
-    --maxmemory "$maxmemory" --maxmemory-policy "$policy" --enable-debug-command local "$@" \
-    </dev/null >/dev/null 2>&1 &
+    --maxmemory "$maxmemory" --maxmemory-policy "$policy" --enable-debug-command local "$@")
+  printf '%s\0' "$port" "${args[@]}" > "$d/args"  # for restart
+  run_node "$d" "$port" "${args[@]}"
+}
+
+# run_node DIR PORT ARGS...: starts redis-server ARGS; 0 once it answers PING.
+run_node() {
+  local d=$1 port=$2
+  shift 2
+  setsid redis-server "$@" </dev/null >/dev/null 2>&1 &
   local pid=$!
   echo "$pid" > "$d/redis.pid"
   for _ in $(seq 100); do
@@ -68,7 +79,22 @@ start_node() {
     kill -0 "$pid" 2>/dev/null || { rm -f "$d/redis.pid"; return 1; }
     sleep 0.05
   done
-  die "$name on port $port did not answer PING (log: $d/redis.log)"
+  die "$d on port $port did not answer PING (log: $d/redis.log)"
+}
+
+# restart NODE: SIGKILL, then the same command line again (a cluster node
+# keeps its nodes.conf in its directory, so it rejoins the cluster).
+restart_node() {
+  local d="$dir/$1" args pid
+  [[ -f "$d/args" && -f "$d/redis.pid" ]] || die "no node $1 in $dir"
+  mapfile -d '' args < "$d/args"
+  pid=$(cat "$d/redis.pid")
+  kill -KILL "$pid" 2>/dev/null || true
+  # Gone, or a zombie whose parent (the starting script) has exited.
+  while [[ -r /proc/$pid/stat && $(cut -d' ' -f3 "/proc/$pid/stat") != Z ]]; do sleep 0.05; done
+  for _ in $(seq 100); do port_busy "${args[0]}" || break; sleep 0.05; done
+  run_node "$d" "${args[@]}" || die "$1 did not start again (log: $d/redis.log)"
+  echo "redis-services: restarted $1 on port ${args[0]}"
 }
 
 # start_on_free_port NAME VAR [args...]: starts NAME on the next free port
@@ -129,5 +155,6 @@ EOF
 case "$cmd" in
   start) start_all ;;
   stop) stop_all; echo "redis-services: stopped ($dir)" ;;
-  *) die "usage: $0 start|stop [DIR]" ;;
+  restart) restart_node "${3:?node name}" ;;
+  *) die "usage: $0 start|stop [DIR] | restart DIR NODE" ;;
 esac

@@ -14,9 +14,9 @@ using PromptCacheStoreTest = ::kvstore::testing::PromptCacheStoreTest;
 TEST_F(PromptCacheStoreTest, EditedManifestTokensAreNotTrusted) {
   PutAll({{{1, 2, 3}, 7}});
   std::string manifest = Manifest();
-  const size_t at = manifest.find(" 1,2,3\n");
+  const size_t at = manifest.find(" 1,2,3 ");
   ASSERT_NE(at, std::string::npos) << manifest;
-  manifest.replace(at, 7, " 9\n");
+  manifest.replace(at, 7, " 9 ");
   SetManifest(manifest);
 
   StoreOpenReport report;

@@ -52,5 +52,27 @@ TEST(Sha256Test, ArrayDigestCoversLogicalElementsWhateverTheStrides) {
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
+TEST(Sha256Test, HmacRfc4231Vectors) {
+  const std::string key1(20, '\x0b');
+  EXPECT_EQ(HmacSha256(key1, {"Hi There"}).ToHex(),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  // Parts are concatenated: the split does not matter.
+  EXPECT_EQ(HmacSha256("Jefe", {"what do ya want ", "", "for nothing?"}).ToHex(),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  const std::string long_key(131, '\xaa');  // longer than a block: hashed first
+  EXPECT_EQ(HmacSha256(long_key, {"Test Using Larger Than Block-Size Key - Hash Key First"}).ToHex(),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  EXPECT_EQ(HmacSha256("", {}).ToHex(), "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+}
+
+TEST(Sha256Test, ConstantTimeEqualComparesEveryByte) {
+  const Sha256Digest a = Sha256(std::string_view("a"));
+  std::array<uint8_t, Sha256Digest::kSize> last = a.bytes();
+  last.back() ^= 1;
+  EXPECT_TRUE(ConstantTimeEqual(a, Sha256(std::string_view("a"))));
+  EXPECT_FALSE(ConstantTimeEqual(a, Sha256Digest(last)));
+  EXPECT_FALSE(ConstantTimeEqual(a, Sha256Digest()));
+}
+
 }  // namespace
 }  // namespace kvstore

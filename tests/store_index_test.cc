@@ -99,23 +99,28 @@ TEST(StoreFormatTest, NamesAndMetadataFollowTheKey) {
 }
 
 TEST(StoreFormatTest, ManifestKeepsTheLastLineOfEachFileAndSkipsMalformedOnes) {
-  std::string text = ManifestAddLine("a.safetensors", 10, "m", Tokens{1, 2}) +
-                     ManifestAddLine("b.safetensors", 20, "", Tokens{}) +
-                     ManifestAddLine("a.safetensors", 11, "m\n x", Tokens{3}) +
-                     ManifestAddLine("c.safetensors", 30, "m", Tokens{4}) + ManifestRemoveLine("c.safetensors") +
+  const std::string fp(64, 'a');
+  std::string text = ManifestAddLine("a.safetensors", 10, "m", Tokens{1, 2}, "") +
+                     ManifestAddLine("b.safetensors", 20, "", Tokens{}, "") +
+                     ManifestAddLine("a.safetensors", 11, "m\n x", Tokens{3}, fp) +
+                     ManifestAddLine("c.safetensors", 30, "m", Tokens{4}, "") + ManifestRemoveLine("c.safetensors") +
+                     "+ j.safetensors 3 6d 5\n"      // a line from before fingerprints
+                     "+ k.safetensors 3 6d 5 - x\n"  // a field too many
                      "+ d.safetensors 1 zz 1\n"      // model not hex
                      "+ e.safetensors 1x 6d 1\n"     // bytes not a number
                      "+ f.safetensors 1 6d 1,,2\n"   // empty token
                      "+ g.safetensors 1 6d\n"        // a field missing
                      "? h.safetensors\n"
                      "+ i.safetensors 5 6d 7";       // torn last line
-  EXPECT_EQ(ManifestAddLine("b.safetensors", 20, "", Tokens{}), "+ b.safetensors 20 - -\n");
+  EXPECT_EQ(ManifestAddLine("b.safetensors", 20, "", Tokens{}, ""), "+ b.safetensors 20 - - -\n");
   const auto entries = ReadManifest(std::as_bytes(std::span(text)));
-  ASSERT_EQ(entries.size(), 2u);
+  ASSERT_EQ(entries.size(), 3u);
   const ManifestEntry& a = entries.at("a.safetensors");
   EXPECT_EQ(a.bytes, 11);
   EXPECT_EQ(a.key.model, "m\n x");
   EXPECT_EQ(a.key.tokens, Tokens{3});
+  EXPECT_EQ(a.fingerprint, fp);
+  EXPECT_EQ(entries.at("j.safetensors").fingerprint, "");
   const ManifestEntry& b = entries.at("b.safetensors");
   EXPECT_EQ(b.bytes, 20);
   EXPECT_EQ(b.key.model, "");

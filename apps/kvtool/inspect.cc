@@ -10,6 +10,7 @@
 #include "apps/kvtool/kvtool.h"
 #include "kvstore/prompt_cache_info_json.h"
 #include "apps/kvtool/llama.h"
+#include "apps/kvtool/shared.h"
 
 namespace kvtool {
 namespace {
@@ -117,9 +118,11 @@ struct InspectArgs {
   bool json = false;
   bool tensors = false;
   bool verify = false;
+  std::shared_ptr<SharedArgs> shared;
 };
 
 int RunInspect(const InspectArgs& a) {
+  if (IsSharedTierUrl(a.path)) return InspectShared(a.path, *a.shared, a.json, a.verify);
   if (IsLlamaStateFile(a.path)) return InspectLlamaState(a.path, a.json, a.verify);
   auto reader = kvstore::PromptCacheReader::Open(kvstore::Env::Default(), a.path);
   if (!reader.ok()) return Fail(reader.status());
@@ -157,6 +160,7 @@ Runner RegisterInspect(CLI::App& app) {
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_flag("--tensors", args->tensors, "list every tensor under its layer");
   cmd->add_flag("--verify", args->verify, "also check the SHA-256 digests (reads the tensors)");
+  args->shared = AddSharedInspectOptions(cmd);
   return [args, cmd] { return *cmd ? RunInspect(*args) : -1; };
 }
 

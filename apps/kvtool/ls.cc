@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
+#include "apps/kvtool/shared.h"
 
 namespace kvtool {
 namespace {
@@ -14,9 +15,11 @@ struct LsArgs {
   std::string dir;
   bool json = false;
   bool all = false;
+  std::shared_ptr<SharedArgs> shared;
 };
 
 int RunLs(const LsArgs& a) {
+  if (IsSharedTierUrl(a.dir)) return LsShared(a.dir, *a.shared, a.json);
   kvstore::Env* env = kvstore::Env::Default();
   auto names = env->GetChildren(a.dir);
   if (!names.ok()) return Fail(names.status());
@@ -86,6 +89,7 @@ Runner RegisterLs(CLI::App& app) {
   cmd->add_option("DIR", args->dir, "directory")->required();
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_flag("--all", args->all, "also list the files that are not cache files, with the reason");
+  args->shared = AddSharedLsOptions(cmd);
   return [args, cmd] { return *cmd ? RunLs(*args) : -1; };
 }
 

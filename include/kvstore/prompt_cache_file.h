@@ -66,6 +66,8 @@ std::optional<PromptCacheLayout> LayoutFromName(std::string_view name);
 inline constexpr std::string_view kFormatKey = "kvstore_format";          // "kvstore/1"
 inline constexpr std::string_view kTensorDigestsKey = "kvstore_sha256_tensors";
 inline constexpr std::string_view kHeaderDigestKey = "kvstore_sha256_header";
+// An HMAC-SHA256 seal of the digests under a shared secret (docs/format.md §5.4).
+inline constexpr std::string_view kHmacKey = "kvstore_hmac_sha256";
 // True for the keys above (excluded from the user metadata we return).
 bool IsKvstoreMetadataKey(std::string_view user_key);
 

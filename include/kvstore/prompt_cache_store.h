@@ -4,7 +4,12 @@
 // Each entry is one file "<16 hex digits>.safetensors" in this project's
 // format with integrity on; the model key and the token ids live in the
 // file's metadata (1.kvstore_model, 1.kvstore_tokens), and the file's name
-// is a hash of them, so the index is rebuilt from the files alone. Open()
+// is a hash of them, so the index is rebuilt from the files alone. The
+// file also records the model fingerprint of its cache
+// (1.kvstore_fingerprint, kvstore/model_fingerprint.h): a fetch that names
+// a fingerprint refuses, without loading it, an entry written for another
+// model configuration under the same model key, and says why
+// (fingerprint_refused(), last_refusal()). Open()
 // scans the headers (no tensor bytes), drops files that are truncated,
 // unparsable, of an unknown layout, lack the keys or digests, hold a layer
 // that cannot be loaded as its header describes it (ValidatePromptCacheFile's
@@ -41,6 +46,7 @@
 
 #include "kvstore/cache.h"
 #include "kvstore/env.h"
+#include "kvstore/model_fingerprint.h"
 #include "kvstore/status.h"
 
 namespace kvstore {
@@ -71,8 +77,12 @@ class PromptCacheStore {
 
   // Saves (atomically) the cache for (model, tokens), replacing an entry
   // with the same key, then evicts least recently used files over budget.
+  // Records the cache's fingerprint under `model` when it has one.
   // InvalidArgument for empty tokens (such an entry could never be served).
   Status Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache);
+  // The same under the key model.model_id(), recording `model`;
+  // InvalidArgument when the cache does not match it.
+  Status Put(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache);
 
   struct Hit {
     PromptCache cache;
@@ -82,6 +92,12 @@ class PromptCacheStore {
   // of `tokens` included), loaded and verified; nullopt on a miss. A file
   // that cannot be read for an I/O error is skipped but kept.
   Result<std::optional<Hit>> FetchLongestPrefix(const std::string& model, std::span<const int32_t> tokens);
+  // The same for model.model_id(), served only from entries that record
+  // this fingerprint; an entry that records another one (or none) is
+  // refused before its tensors are read (counted, kept), and the loaded
+  // layers are checked against the fingerprint too (a mismatch is dropped
+  // like a file holding another key).
+  Result<std::optional<Hit>> FetchLongestPrefix(const ModelFingerprint& model, std::span<const int32_t> tokens);
 
   int64_t entries() const;
   int64_t bytes() const;
@@ -91,6 +107,12 @@ class PromptCacheStore {
   // indexed under: at Open (the name disagrees with the key in the header)
   // or at a fetch (the header disagrees with the manifest's key).
   int64_t mismatched_dropped() const;
+  // Entries refused because they record another fingerprint (or none) than
+  // the one a fetch asked for, and the reason of the last one:
+  // "<file>: written for another model configuration: layer 0 (KVCache):
+  // dtype F16 != BF16 (file != asked)".
+  int64_t fingerprint_refused() const;
+  std::string last_refusal() const;
 
  private:
   struct Impl;

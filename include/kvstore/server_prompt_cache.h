@@ -1,79 +1,109 @@
 // ServerPromptCache: the prompt-reuse cache an inference server shares
-// between request threads, built for correctness under load.
+// between request threads, in front of up to three tiers:
+//
+//   memory  entries of this process (copy-on-write copies, LRU over an
+//           entry and a byte budget);
+//   disk    a PromptCacheStore (optional): a directory this process owns;
+//   shared  a SharedPromptCache (optional): chunks in Redis shared by every
+//           server of the deployment.
+//
+// Fetch consults memory, then disk, then the shared tier, and serves the
+// longest reusable prefix any of them has: a stored prefix of the prompt,
+// or (memory) a longer cached prompt trimmed to the common prefix when
+// every layer can be trimmed, as mlx-lm's LRUPromptCache does when the
+// last message was edited. A lower tier is asked only when it could beat
+// what the upper ones found; a hit from disk or the shared tier is kept in
+// memory for the next request. Insert stores the cache in memory, on disk
+// (synchronously: a local file) and in the shared tier (asynchronously:
+// queued, never waiting for the network).
+//
+// Every tier is keyed by the model fingerprint (kvstore/model_fingerprint.h):
+// no fetch returns a cache made for another model or configuration.
 //
 // Differences from mlx-lm's LRUPromptCache (docs/compat.md): fetching
-// refreshes recency (a true LRU); any prefix, 1 token included, is reusable;
-// the byte budget is enforced at insert; a fetch returns copy-on-write
-// copies (O(layers), no byte copy) so memory does not double; an exact
-// match is served only when every layer trimmed the one token that must be
-// left to process. Entries longer than the query are not served.
+// refreshes recency (a true LRU); any prefix, 1 token included, is
+// reusable; the byte budget is enforced at insert; a fetch returns
+// copy-on-write copies (O(layers), no byte copy); an exact match is served
+// only when every layer trimmed the one token that must be left to process.
 //
 // Thread safety: every member may be called from many threads. The lock is
-// held only to look up or link entries, never while copying caches or
-// doing I/O (the disk tier has its own lock).
+// held only to look up or link entries, never while copying caches or doing
+// I/O (each tier has its own lock).
 #ifndef KVSTORE_SERVER_PROMPT_CACHE_H_
 #define KVSTORE_SERVER_PROMPT_CACHE_H_
 
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 #include "kvstore/cache.h"
+#include "kvstore/model_fingerprint.h"
 #include "kvstore/prompt_cache_store.h"
+#include "kvstore/shared_prompt_cache.h"
 
 namespace kvstore {
+
+class MemoryTier;
 
 struct ServerPromptCacheOptions {
   int64_t max_entries = 1024;
   int64_t max_bytes = int64_t{8} << 30;
+  PromptCacheStore* disk = nullptr;     // optional disk tier; not owned, must outlive the cache
+  SharedPromptCache* shared = nullptr;  // optional shared tier; not owned, must outlive the cache
 };
+
+enum class PromptCacheTier { kMemory, kDisk, kShared };
+std::string_view PromptCacheTierName(PromptCacheTier tier);  // "memory", "disk", "shared"
 
 class ServerPromptCache {
  public:
-  // `store` (optional, not owned) is consulted on a memory miss and written
-  // on insert.
-  explicit ServerPromptCache(const ServerPromptCacheOptions& options, PromptCacheStore* store = nullptr);
+  explicit ServerPromptCache(const ServerPromptCacheOptions& options);
+  ~ServerPromptCache();
 
   struct Hit {
-    PromptCache cache;    // private copies: the caller may append to them
-    int64_t reused = 0;   // tokens covered; tokens[reused:] remain to process
-    bool from_disk = false;
+    PromptCache cache;   // private copies: the caller may append to them
+    int64_t reused = 0;  // tokens covered; tokens[reused:] remain to process (at least one)
+    PromptCacheTier tier = PromptCacheTier::kMemory;
+    int64_t foreign_tokens = 0;  // shared tier: reused tokens that another server wrote
   };
-  Result<std::optional<Hit>> Fetch(const std::string& model, std::span<const int32_t> tokens);
+  // The longest reusable prefix of `tokens` across the tiers; nullopt on a
+  // miss. Errors are the disk tier's (the shared tier turns its failures
+  // into misses).
+  Result<std::optional<Hit>> Fetch(const ModelFingerprint& model, std::span<const int32_t> tokens);
 
-  // Stores copies of `cache` for (model, tokens) in memory (and on disk).
-  Status Insert(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache);
+  // Stores copies of `cache`, which holds `tokens`, in every tier, and the
+  // checkpoints: copies of the cache at earlier token counts, e.g. at the
+  // end of the system prompt or of a turn. Memory and disk keep each as an
+  // entry of its own (what a cache that cannot be trimmed is served from);
+  // the shared tier stores its chunks once and snapshot layers at those
+  // boundaries. InvalidArgument when `tokens` is empty, a cache does not
+  // match `model` or a checkpoint lies outside `tokens`; the disk tier's
+  // errors.
+  Status Insert(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
+                std::span<const PromptCacheCheckpoint> checkpoints = {});
 
   struct Stats {
-    int64_t entries = 0;
+    int64_t entries = 0;  // memory tier
     int64_t bytes = 0;
+    int64_t hits[3] = {0, 0, 0};  // by PromptCacheTier
+    int64_t misses = 0;
+    int64_t tokens_reused = 0;
   };
   Stats stats() const;
 
  private:
-  struct Entry {
-    std::string model;
-    std::vector<int32_t> tokens;
-    std::shared_ptr<const PromptCache> cache;  // never mutated after insert
-    int64_t bytes = 0;
-    std::list<uint64_t>::iterator lru;
-  };
-  void EvictLocked();
-  Result<std::optional<Hit>> Serve(std::shared_ptr<const PromptCache> cache, int64_t length,
-                                   int64_t query_length, bool from_disk);
+  struct Candidate;
+  Result<std::optional<Hit>> Serve(const Candidate& c, std::span<const int32_t> tokens);
+  void Remember(const std::string& key, std::span<const int32_t> tokens, const PromptCache& cache);
+  void Count(const std::optional<Hit>& hit);
 
   ServerPromptCacheOptions options_;
-  PromptCacheStore* store_;
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Entry> entries_;  // prefix hash -> entry
-  std::list<uint64_t> lru_;                      // front = most recent
-  int64_t bytes_ = 0;
+  std::unique_ptr<MemoryTier> memory_;  // guarded by mu_
+  Stats stats_;                         // guarded by mu_
 };
 
 }  // namespace kvstore

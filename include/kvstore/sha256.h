@@ -1,5 +1,5 @@
-// SHA-256 (FIPS 180-4), computed with OpenSSL's EVP interface (SHA-NI where
-// the CPU has it).
+// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), computed with OpenSSL's
+// EVP interface (SHA-NI where the CPU has it).
 //
 // Thread safety: Sha256Digest is a value. A Sha256Hasher is used by one
 // thread at a time; distinct hashers run concurrently.
@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -62,6 +63,14 @@ Sha256Digest Sha256(std::string_view data);
 // The digest of an array's logical elements in row-major order (what the
 // mlx-lm fixtures and traces record), whatever its strides.
 Sha256Digest Sha256(const Array& array);
+
+// HMAC-SHA256 under `key` of the concatenation of `parts` (RFC 2104; any key
+// length). The tag has a digest's size and type.
+Sha256Digest HmacSha256(std::string_view key, std::initializer_list<std::string_view> parts);
+
+// Equality that takes the same time wherever the first difference lies, for
+// comparing a received tag with the expected one.
+bool ConstantTimeEqual(const Sha256Digest& a, const Sha256Digest& b);
 
 }  // namespace kvstore
 

@@ -8,7 +8,7 @@ std::string CanonicalHeader(const std::vector<TensorInfo>& tensors, const Metada
   Json root = Json::MakeObject();
   Json meta = Json::MakeObject();
   for (const auto& [k, v] : metadata) {
-    if (k == kTensorDigestsMetaKey || k == kHeaderDigestMetaKey) continue;
+    if (k == kTensorDigestsMetaKey || k == kHeaderDigestMetaKey || k == kHmacMetaKey) continue;
     meta.as_object().emplace_back(k, Json(v));
   }
   Json tensor_map = Json::MakeObject();

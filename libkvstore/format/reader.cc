@@ -32,7 +32,8 @@ std::optional<PromptCacheLayout> LayoutFromName(std::string_view name) {
 }
 
 bool IsKvstoreMetadataKey(std::string_view user_key) {
-  return user_key == kFormatKey || user_key == kTensorDigestsKey || user_key == kHeaderDigestKey;
+  return user_key == kFormatKey || user_key == kTensorDigestsKey || user_key == kHeaderDigestKey ||
+         user_key == kHmacKey;
 }
 
 namespace {

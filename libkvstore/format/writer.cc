@@ -90,6 +90,7 @@ class Saver {
  private:
   Result<SafetensorsLayout> Layout() const;
   void Progress(uint64_t bytes);
+  Status Seal();
 
   const size_t num_layers_;
   const SavePromptCacheOptions& options_;
@@ -129,6 +130,7 @@ Status Saver::Plan(const Metadata& user_metadata) {
   metadata_.emplace_back("1." + std::string(kFormatKey), kFormatValue);
   const std::string canonical = CanonicalHeader(specs_, metadata_);
   metadata_.emplace_back(std::string(kHeaderDigestMetaKey), Sha256(std::string_view(canonical)).ToHex());
+  if (hooks_.seal) metadata_.emplace_back(std::string(kHmacMetaKey), std::string(2 * Sha256Digest::kSize, '0'));
   // Placeholders of the final length; the header is rewritten at the end.
   for (const TensorInfo& t : specs_) digests_[t.name] = Sha256Digest();
   return Status::OK();
@@ -140,6 +142,21 @@ Result<SafetensorsLayout> Saver::Layout() const {
   SafetensorsWriteOptions write;
   write.alignment = options_.alignment;
   return PlanSafetensors(std::span<const TensorInfo>(specs_), metadata, write);
+}
+
+// Fills in the HMAC placeholder once the tensor digests are known.
+Status Saver::Seal() {
+  std::string header_hex;
+  for (const auto& [k, v] : metadata_) {
+    if (k == kHeaderDigestMetaKey) header_hex = v;
+  }
+  for (auto& [k, v] : metadata_) {
+    if (k != kHmacMetaKey) continue;
+    std::string sealed = hooks_.seal(header_hex, DigestsToJson(digests_));
+    if (sealed.size() != v.size()) return Status::Internal("the HMAC seal is not 64 hex digits");
+    v = std::move(sealed);
+  }
+  return Status::OK();
 }
 
 Status Saver::Write(WritableFile& out) {
@@ -176,6 +193,7 @@ Status Saver::Write(WritableFile& out) {
     digests_[name] = got[id];
   }
   if (!options_.integrity) return Status::OK();
+  if (hooks_.seal) KV_RETURN_IF_ERROR(Seal());
   KV_ASSIGN_OR_RETURN(SafetensorsLayout final_layout, Layout());
   if (final_layout.header_bytes.size() != layout.header_bytes.size()) {
     return Status::Internal("the header changed length when its digests were filled in");
@@ -183,26 +201,42 @@ Status Saver::Write(WritableFile& out) {
   return out.WriteAt(0, std::as_bytes(std::span(final_layout.header_bytes)));
 }
 
+// The file's bytes, plain or inside the zstd container.
+Status WriteSaved(Saver& saver, WritableFile& file, const SavePromptCacheOptions& options) {
+  if (!options.compression_level) return saver.Write(file);
+  ZstdWriteOptions z;
+  z.level = *options.compression_level;
+  z.frame_size = options.frame_size;
+  z.threads = options.threads;
+  z.codec = options.codec;
+  ZstdFile compressed(&file, z);
+  KV_RETURN_IF_ERROR(saver.Write(compressed));
+  return compressed.Close();
+}
+
+Status CheckWritableLayout(const SavePromptCacheOptions& options) {
+  if (options.layout == PromptCacheLayout::kMlxLmLegacy) {
+    return Status::InvalidArgument("the legacy mlx-lm layout is read-only");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status SaveLayers(Env* env, const std::string& path, size_t num_layers, const LayerSource& source,
                   const Metadata& user_metadata, const SavePromptCacheOptions& options, const WriterHooks& hooks) {
-  if (options.layout == PromptCacheLayout::kMlxLmLegacy) {
-    return Status::InvalidArgument("the legacy mlx-lm layout is read-only");
-  }
+  KV_RETURN_IF_ERROR(CheckWritableLayout(options));
   Saver saver(num_layers, source, options, hooks);
   KV_RETURN_IF_ERROR(saver.Plan(user_metadata));
-  return WriteFileAtomic(env, path, [&](WritableFile& file) -> Status {
-    if (!options.compression_level) return saver.Write(file);
-    ZstdWriteOptions z;
-    z.level = *options.compression_level;
-    z.frame_size = options.frame_size;
-    z.threads = options.threads;
-    z.codec = options.codec;
-    ZstdFile compressed(&file, z);
-    KV_RETURN_IF_ERROR(saver.Write(compressed));
-    return compressed.Close();
-  });
+  return WriteFileAtomic(env, path, [&](WritableFile& file) { return WriteSaved(saver, file, options); });
+}
+
+Status SaveLayersTo(WritableFile& file, size_t num_layers, const LayerSource& source, const Metadata& user_metadata,
+                    const SavePromptCacheOptions& options, const WriterHooks& hooks) {
+  KV_RETURN_IF_ERROR(CheckWritableLayout(options));
+  Saver saver(num_layers, source, options, hooks);
+  KV_RETURN_IF_ERROR(saver.Plan(user_metadata));
+  return WriteSaved(saver, file, options);
 }
 
 }  // namespace kvstore

@@ -33,11 +33,19 @@ struct WriterHooks {
   // Consulted for every tensor written; a mismatch fails the save with
   // Corruption naming `source` (the output file is left untouched).
   std::function<std::optional<ExpectedDigest>(const Array&)> expected_digest;
+  // With integrity on: the file also carries 1.kvstore_hmac_sha256, set to
+  // what this returns (64 hex digits) for the file's header digest and its
+  // tensor digests as stored (docs/format.md §5.4).
+  std::function<std::string(std::string_view header_digest_hex, std::string_view tensor_digests_json)> seal;
 };
 
 Status SaveLayers(Env* env, const std::string& path, size_t num_layers, const LayerSource& source,
                   const Metadata& user_metadata, const SavePromptCacheOptions& options,
                   const WriterHooks& hooks = {});
+// The same bytes appended to `file` (from its start), for in-memory saves:
+// no temp file, no rename, no sync.
+Status SaveLayersTo(WritableFile& file, size_t num_layers, const LayerSource& source, const Metadata& user_metadata,
+                    const SavePromptCacheOptions& options, const WriterHooks& hooks = {});
 
 }  // namespace kvstore
 

@@ -2,6 +2,8 @@
 // paths at run time).
 #include "kvstore/sha256.h"
 
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <cassert>
@@ -92,6 +94,37 @@ Sha256Digest Sha256(const Array& array) {
   Sha256Hasher h;
   array.ForEachRun([&](std::span<const std::byte> run) { h.Update(run); });
   return h.Finish();
+}
+
+Sha256Digest HmacSha256(std::string_view key, std::initializer_list<std::string_view> parts) {
+  // The HMAC algorithm is fetched once; a context per call keeps this reentrant.
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
+  if (ctx == nullptr) throw std::bad_alloc();
+  char digest_name[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
+                               OSSL_PARAM_construct_end()};
+  // OpenSSL reads a null key as "keep the previous key": an empty key needs
+  // a non-null pointer.
+  static constexpr unsigned char kEmpty[1] = {0};
+  const auto* key_bytes = key.empty() ? kEmpty : reinterpret_cast<const unsigned char*>(key.data());
+  if (EVP_MAC_init(ctx, key_bytes, key.size(), params) != 1) {
+    EVP_MAC_CTX_free(ctx);
+    throw std::bad_alloc();
+  }
+  for (std::string_view part : parts) {
+    if (!part.empty()) EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(part.data()), part.size());
+  }
+  std::array<uint8_t, Sha256Digest::kSize> out;
+  size_t len = 0;
+  EVP_MAC_final(ctx, out.data(), &len, out.size());
+  EVP_MAC_CTX_free(ctx);
+  assert(len == Sha256Digest::kSize);
+  return Sha256Digest(out);
+}
+
+bool ConstantTimeEqual(const Sha256Digest& a, const Sha256Digest& b) {
+  return CRYPTO_memcmp(a.bytes().data(), b.bytes().data(), Sha256Digest::kSize) == 0;
 }
 
 }  // namespace kvstore

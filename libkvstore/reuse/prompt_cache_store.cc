@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "kvstore/model_fingerprint.h"
 #include "kvstore/prompt_cache_file.h"
 #include "libkvstore/reuse/prefix_hash.h"
 #include "libkvstore/reuse/store_format.h"
@@ -21,6 +22,8 @@ struct PromptCacheStore::Impl {
   StoreIndex index;
   int64_t corrupt_dropped = 0;
   int64_t mismatched_dropped = 0;
+  int64_t fingerprint_refused = 0;
+  std::string last_refusal;
   std::unique_ptr<WritableFile> manifest;  // append-only log
 
   std::string Path(const std::string& file) const { return dir + "/" + file; }
@@ -37,7 +40,7 @@ struct PromptCacheStore::Impl {
   }
 
   void AddLocked(StoreIndex::Entry entry) {
-    LogLocked(ManifestAddLine(entry.file, entry.bytes, entry.key.model, entry.key.tokens));
+    LogLocked(ManifestAddLine(entry.file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint));
     Add(std::move(entry));
   }
 
@@ -64,6 +67,12 @@ struct PromptCacheStore::Impl {
   }
 
   Status IndexDirectory(StoreOpenReport& report);
+  Status Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
+             std::span<const int32_t> tokens, const PromptCache& cache);
+  Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,
+                                   std::span<const int32_t> tokens);
+  // Counts an entry written for another model configuration, with the reason.
+  void Refuse(const std::string& file, const ModelFingerprint& asked);
 };
 
 namespace {
@@ -72,12 +81,21 @@ namespace {
 struct ScannedFile {
   StoreKey key;
   int64_t bytes = 0;
+  std::optional<ModelFingerprint> fingerprint;
 };
 
+std::optional<std::string_view> FindUserKey(const Metadata& metadata, std::string_view key) {
+  for (const auto& [k, v] : metadata) {
+    if (k == key) return v;
+  }
+  return std::nullopt;
+}
+
 // Reads the header of a file (no tensor bytes); it must be one of our
-// files with digests and a key, and every layer must be loadable as the
-// header describes it (PromptCacheInfo::valid), so an impossible file is
-// dropped at Open instead of failing each fetch.
+// files with digests and a key, every layer must be loadable as the header
+// describes it (PromptCacheInfo::valid), so an impossible file is dropped at
+// Open instead of failing each fetch, and a fingerprint it records must be
+// valid.
 Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
   KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(env, path));
   if (!info.has_digests) return Status::Corruption("not a store entry: no digests");
@@ -89,8 +107,15 @@ Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
   }
   std::optional<StoreKey> key = StoreKeyFromMetadata(info.user_metadata);
   if (!key) return Status::Corruption("not a store entry: no valid model/tokens keys");
-  return ScannedFile{std::move(*key), static_cast<int64_t>(info.file_bytes)};
+  ScannedFile out{std::move(*key), static_cast<int64_t>(info.file_bytes), std::nullopt};
+  if (std::optional<std::string_view> json = FindUserKey(info.user_metadata, kStoreFingerprintKey)) {
+    KV_ASSIGN_OR_RETURN(ModelFingerprint fp, ModelFingerprint::FromJson(*json));
+    out.fingerprint = std::move(fp);
+  }
+  return out;
 }
+
+std::string DigestHex(const std::optional<ModelFingerprint>& fp) { return fp ? fp->digest().ToHex() : ""; }
 
 bool HoldsKey(const Metadata& metadata, std::string_view model, std::span<const int32_t> tokens) {
   std::optional<StoreKey> held = StoreKeyFromMetadata(metadata);
@@ -117,7 +142,7 @@ Status PromptCacheStore::Impl::IndexDirectory(StoreOpenReport& report) {
       const ManifestEntry& m = it->second;
       Result<uint64_t> size = env->GetFileSize(Path(name));
       if (size.ok() && static_cast<int64_t>(*size) == m.bytes && StoreFileName(m.key.model, m.key.tokens) == name) {
-        Add({name, m.key, m.bytes});
+        Add({name, m.key, m.bytes, m.fingerprint});
         ++report.entries;
         ++report.from_manifest;
         continue;
@@ -139,14 +164,14 @@ Status PromptCacheStore::Impl::IndexDirectory(StoreOpenReport& report) {
       ++mismatched_dropped;
       continue;
     }
-    Add({name, std::move(scanned->key), scanned->bytes});
+    Add({name, std::move(scanned->key), scanned->bytes, DigestHex(scanned->fingerprint)});
     ++report.entries;
   }
   // Compact the manifest: one "+" line per entry, least recently used first.
   // (Open runs this before the store is shared: no lock needed.)
   KV_ASSIGN_OR_RETURN(manifest, env->NewWritableFile(Path("MANIFEST")));
   index.ForEach([&](const StoreIndex::Entry& e) {
-    LogLocked(ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens));
+    LogLocked(ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens, e.fingerprint));
   });
   EvictLocked();
   return Status::OK();
@@ -172,55 +197,98 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
   return std::unique_ptr<PromptCacheStore>(new PromptCacheStore(std::move(impl)));
 }
 
-Status PromptCacheStore::Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache) {
+Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
+                                   std::span<const int32_t> tokens, const PromptCache& cache) {
   if (tokens.empty()) return Status::InvalidArgument("PromptCacheStore: empty token key");
   const std::string file = StoreFileName(model, tokens);
+  Metadata metadata = StoreKeyMetadata(model, tokens);
+  if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
   // The store reads its own files only, so it writes mlx-lm's current
   // layout, which (unlike the 0.31 release's) holds every ArraysCache.
   SavePromptCacheOptions options;
   options.layout = PromptCacheLayout::kMlxLm;
-  KV_RETURN_IF_ERROR(
-      SavePromptCache(impl_->env, impl_->Path(file), cache, StoreKeyMetadata(model, tokens), options));
-  KV_ASSIGN_OR_RETURN(uint64_t size, impl_->env->GetFileSize(impl_->Path(file)));
-  std::lock_guard<std::mutex> l(impl_->mu);
-  impl_->AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},
-                    static_cast<int64_t>(size)});
-  impl_->EvictLocked();
+  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(file), cache, metadata, options));
+  KV_ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(Path(file)));
+  std::lock_guard<std::mutex> l(mu);
+  AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())}, static_cast<int64_t>(size),
+             DigestHex(fingerprint)});
+  EvictLocked();
   return Status::OK();
 }
 
-Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const std::string& model,
-                                                                                  std::span<const int32_t> tokens) {
+void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerprint& asked) {
+  // The reason comes from the file's header; its tensors are never read.
+  std::string why = "records no model fingerprint";
+  if (Result<ScannedFile> scanned = ScanFile(env, Path(file)); scanned.ok() && scanned->fingerprint) {
+    why = "written for another model configuration: " + scanned->fingerprint->DifferenceFrom(asked) +
+          " (file != asked)";
+  }
+  std::lock_guard<std::mutex> l(mu);
+  ++fingerprint_refused;
+  last_refusal = file + ": " + why;
+}
+
+Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const std::string& model,
+                                                                          const ModelFingerprint* fingerprint,
+                                                                          std::span<const int32_t> tokens) {
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
+  const std::string wanted = fingerprint != nullptr ? fingerprint->digest().ToHex() : "";
   // Each failed candidate lowers max_len, so the whole search is O(prompt).
   for (size_t max_len = tokens.size(); max_len >= 1;) {
-    std::string file;
+    std::string file, recorded;
     uint64_t generation = 0;
     size_t length = 0;
     {
-      std::lock_guard<std::mutex> l(impl_->mu);
-      const StoreIndex::Entry* e = impl_->index.FindLongestPrefix(model, tokens, hashes, max_len);
+      std::lock_guard<std::mutex> l(mu);
+      const StoreIndex::Entry* e = index.FindLongestPrefix(model, tokens, hashes, max_len);
       if (e == nullptr) break;
       file = e->file;
+      recorded = e->fingerprint;
       generation = e->generation;
       length = e->key.tokens.size();
     }
     max_len = length - 1;
-    LoadPromptCacheOptions options;
-    options.verify = true;
-    Result<LoadedPromptCache> loaded = LoadPromptCache(impl_->env, impl_->Path(file), options);
-    if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) continue;  // maybe transient: keep it
-    if (!loaded.ok() || !loaded->verified) {
-      impl_->Drop(file, generation, impl_->corrupt_dropped);
+    if (fingerprint != nullptr && recorded != wanted) {
+      Refuse(file, *fingerprint);
       continue;
     }
-    if (!HoldsKey(loaded->user_metadata, model, tokens.first(length))) {
-      impl_->Drop(file, generation, impl_->mismatched_dropped);
+    LoadPromptCacheOptions options;
+    options.verify = true;
+    Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(file), options);
+    if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) continue;  // maybe transient: keep it
+    if (!loaded.ok() || !loaded->verified) {
+      Drop(file, generation, corrupt_dropped);
+      continue;
+    }
+    // The key, and the layers themselves against the fingerprint asked for.
+    if (!HoldsKey(loaded->user_metadata, model, tokens.first(length)) ||
+        (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
+      Drop(file, generation, mismatched_dropped);
       continue;
     }
     return std::optional<Hit>(Hit{std::move(loaded->cache), static_cast<int64_t>(length)});
   }
   return std::optional<Hit>();
+}
+
+Status PromptCacheStore::Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache) {
+  Result<ModelFingerprint> fp = ModelFingerprint::Of(model, cache);
+  return impl_->Put(model, fp.ok() ? std::optional<ModelFingerprint>(*fp) : std::nullopt, tokens, cache);
+}
+
+Status PromptCacheStore::Put(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache) {
+  KV_RETURN_IF_ERROR(model.Check(cache));
+  return impl_->Put(model.model_id(), model, tokens, cache);
+}
+
+Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const std::string& model,
+                                                                                  std::span<const int32_t> tokens) {
+  return impl_->Fetch(model, nullptr, tokens);
+}
+
+Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const ModelFingerprint& model,
+                                                                                  std::span<const int32_t> tokens) {
+  return impl_->Fetch(model.model_id(), &model, tokens);
 }
 
 int64_t PromptCacheStore::entries() const {
@@ -238,6 +306,14 @@ int64_t PromptCacheStore::corrupt_dropped() const {
 int64_t PromptCacheStore::mismatched_dropped() const {
   std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->mismatched_dropped;
+}
+int64_t PromptCacheStore::fingerprint_refused() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->fingerprint_refused;
+}
+std::string PromptCacheStore::last_refusal() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->last_refusal;
 }
 
 }  // namespace kvstore

@@ -1,105 +1,166 @@
+// ServerPromptCache: the lookup order over the tiers and serving a hit
+// (copy, trim to what may be reused).
 #include "kvstore/server_prompt_cache.h"
 
-#include "libkvstore/reuse/prefix_hash.h"
+#include "kvstore/prompt_cache.h"
+#include "libkvstore/reuse/memory_tier.h"
 
 namespace kvstore {
 
-ServerPromptCache::ServerPromptCache(const ServerPromptCacheOptions& options, PromptCacheStore* store)
-    : options_(options), store_(store) {}
+std::string_view PromptCacheTierName(PromptCacheTier tier) {
+  switch (tier) {
+    case PromptCacheTier::kMemory: return "memory";
+    case PromptCacheTier::kDisk: return "disk";
+    case PromptCacheTier::kShared: return "shared";
+  }
+  return "unknown";
+}
 
-// Copies (copy-on-write) and, for an exact match, trims the one token that
-// must be left to process; a layer that cannot trim makes it a miss.
-Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(std::shared_ptr<const PromptCache> cache,
-                                                                       int64_t length, int64_t query_length,
-                                                                       bool from_disk) {
+// A cache some tier holds for the query: `length` tokens, of which the
+// first `usable` may be reused (fewer when it is longer than the query).
+struct ServerPromptCache::Candidate {
+  std::shared_ptr<const PromptCache> cache;
+  int64_t length = 0;
+  int64_t usable = 0;
+  PromptCacheTier tier = PromptCacheTier::kMemory;
+  int64_t foreign_tokens = 0;
+
+  // What serving it would reuse at best: one token is always left to process.
+  int64_t Potential(int64_t query) const { return std::min(usable, query - 1); }
+};
+
+ServerPromptCache::ServerPromptCache(const ServerPromptCacheOptions& options)
+    : options_(options), memory_(std::make_unique<MemoryTier>(options.max_entries, options.max_bytes)) {}
+
+ServerPromptCache::~ServerPromptCache() = default;
+
+// Copies (copy-on-write) and trims to the tokens that may be reused: to
+// the common prefix, leaving at least one token of the query to process.
+// Any layer that does not trim exactly makes it a miss.
+Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Candidate& c,
+                                                                       std::span<const int32_t> tokens) {
+  const int64_t reused = c.Potential(static_cast<int64_t>(tokens.size()));
+  if (reused < 1) return std::optional<Hit>();
   Hit hit;
-  hit.from_disk = from_disk;
-  hit.reused = length;
-  for (const auto& layer : *cache) hit.cache.push_back(std::shared_ptr<Cache>(layer->Copy()));
-  if (length == query_length) {
+  hit.tier = c.tier;
+  hit.reused = reused;
+  hit.foreign_tokens = std::min(c.foreign_tokens, reused);
+  for (const auto& layer : *c.cache) hit.cache.push_back(std::shared_ptr<Cache>(layer->Copy()));
+  if (const int64_t cut = c.length - reused; cut > 0) {
     for (const auto& layer : hit.cache) {
-      Result<int64_t> t = layer->IsTrimmable() ? layer->Trim(1) : Result<int64_t>(int64_t{0});
-      if (!t.ok() || *t != 1) return std::optional<Hit>();
+      Result<int64_t> t = layer->IsTrimmable() ? layer->Trim(cut) : Result<int64_t>(int64_t{0});
+      if (!t.ok() || *t != cut) return std::optional<Hit>();
     }
-    hit.reused = length - 1;
   }
   return std::optional<Hit>(std::move(hit));
 }
 
-Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const std::string& model,
-                                                                       std::span<const int32_t> tokens) {
-  const std::vector<uint64_t> prefix_hash = PrefixHashes(model, tokens);
-  std::shared_ptr<const PromptCache> found;
-  int64_t length = 0;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (size_t len = tokens.size(); len >= 1 && !found; --len) {
-      auto it = entries_.find(prefix_hash[len]);
-      if (it == entries_.end()) continue;
-      const Entry& e = it->second;
-      if (e.model != model || e.tokens.size() != len ||
-          !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) {
-        continue;
-      }
-      lru_.splice(lru_.begin(), lru_, e.lru);  // fetching refreshes recency
-      found = e.cache;
-      length = static_cast<int64_t>(len);
-    }
-  }
-  if (found) {
-    KV_ASSIGN_OR_RETURN(auto hit, Serve(found, length, static_cast<int64_t>(tokens.size()), false));
-    if (hit) return hit;
-  }
-  if (store_ != nullptr) {
-    KV_ASSIGN_OR_RETURN(auto disk, store_->FetchLongestPrefix(model, tokens));
-    if (disk && disk->length > length) {
-      auto cache = std::make_shared<const PromptCache>(std::move(disk->cache));
-      return Serve(cache, disk->length, static_cast<int64_t>(tokens.size()), true);
-    }
-  }
-  return std::optional<Hit>();
-}
-
-Status ServerPromptCache::Insert(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache) {
-  if (tokens.empty()) return Status::InvalidArgument("ServerPromptCache: empty token key");
+void ServerPromptCache::Remember(const std::string& key, std::span<const int32_t> tokens, const PromptCache& cache) {
   auto copy = std::make_shared<PromptCache>();
   int64_t bytes = 0;
   for (const auto& layer : cache) {
     copy->push_back(std::shared_ptr<Cache>(layer->Copy()));
-    KV_ASSIGN_OR_RETURN(int64_t b, layer->Nbytes());
-    bytes += b;
+    bytes += layer->Nbytes().value_or(0);
   }
-  const uint64_t h = KeyHash(model, tokens);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = entries_.find(h);
-    if (it != entries_.end()) {
-      bytes_ -= it->second.bytes;
-      lru_.erase(it->second.lru);
-      entries_.erase(it);
-    }
-    lru_.push_front(h);
-    entries_[h] = Entry{model, std::vector<int32_t>(tokens.begin(), tokens.end()), copy, bytes, lru_.begin()};
-    bytes_ += bytes;
-    EvictLocked();
-  }
-  if (store_ != nullptr) KV_RETURN_IF_ERROR(store_->Put(model, tokens, *copy));
-  return Status::OK();
+  const bool trimmable = CanTrimPromptCache(*copy);
+  std::lock_guard<std::mutex> l(mu_);
+  memory_->Insert(key, tokens, std::move(copy), bytes, trimmable);
 }
 
-void ServerPromptCache::EvictLocked() {
-  while (!lru_.empty() && (bytes_ > options_.max_bytes ||
-                           static_cast<int64_t>(entries_.size()) > options_.max_entries)) {
-    auto it = entries_.find(lru_.back());
-    bytes_ -= it->second.bytes;
-    entries_.erase(it);
-    lru_.pop_back();
+void ServerPromptCache::Count(const std::optional<Hit>& hit) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!hit) {
+    ++stats_.misses;
+    return;
   }
+  ++stats_.hits[static_cast<int>(hit->tier)];
+  stats_.tokens_reused += hit->reused;
+}
+
+Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const ModelFingerprint& model,
+                                                                       std::span<const int32_t> tokens) {
+  const std::string key = model.digest().ToHex();
+  const int64_t q = static_cast<int64_t>(tokens.size());
+  MemoryTier::Lookup found;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    found = memory_->Find(key, tokens);
+  }
+  std::optional<Hit> best;
+  // The memory candidates, the more promising first.
+  std::vector<Candidate> memory;
+  if (found.prefix) memory.push_back({found.prefix->cache, found.prefix->length, found.prefix->length});
+  if (found.longer) memory.push_back({found.longer->cache, found.longer->length, found.longer->common});
+  std::sort(memory.begin(), memory.end(),
+            [&](const Candidate& a, const Candidate& b) { return a.Potential(q) > b.Potential(q); });
+  for (const Candidate& c : memory) {
+    KV_ASSIGN_OR_RETURN(best, Serve(c, tokens));
+    if (best) break;
+  }
+  auto reused = [&] { return best ? best->reused : 0; };
+  if (options_.disk != nullptr && reused() < q - 1) {
+    KV_ASSIGN_OR_RETURN(auto disk, options_.disk->FetchLongestPrefix(model, tokens));
+    if (disk && std::min(disk->length, q - 1) > reused()) {
+      auto cache = std::make_shared<const PromptCache>(std::move(disk->cache));
+      KV_ASSIGN_OR_RETURN(auto hit, Serve({cache, disk->length, disk->length, PromptCacheTier::kDisk}, tokens));
+      if (hit) {
+        Remember(key, tokens.first(static_cast<size_t>(disk->length)), *cache);
+        best = std::move(hit);
+      }
+    }
+  }
+  SharedPromptCache* shared = options_.shared;
+  if (shared != nullptr && q / shared->chunk_tokens() * shared->chunk_tokens() > reused()) {
+    // A chunk boundary at the very end of the query must give one token
+    // back: when the layers cannot, ask for the boundary before it.
+    for (size_t query : {tokens.size(), tokens.size() - 1}) {
+      KV_ASSIGN_OR_RETURN(auto got, shared->Fetch(model, tokens.first(query), reused()));
+      if (!got) break;
+      auto cache = std::make_shared<const PromptCache>(std::move(got->cache));
+      KV_ASSIGN_OR_RETURN(auto hit, Serve({cache, got->tokens, got->tokens, PromptCacheTier::kShared,
+                                           got->foreign_tokens}, tokens));
+      if (hit) {
+        Remember(key, tokens.first(static_cast<size_t>(got->tokens)), *cache);
+        best = std::move(hit);
+        break;
+      }
+      if (got->tokens < q) break;
+    }
+  }
+  Count(best);
+  return best;
+}
+
+Status ServerPromptCache::Insert(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                 const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
+  if (tokens.empty()) return Status::InvalidArgument("ServerPromptCache: empty token key");
+  KV_RETURN_IF_ERROR(model.Check(cache));
+  for (const PromptCacheCheckpoint& cp : checkpoints) {
+    if (cp.tokens < 1 || cp.tokens > static_cast<int64_t>(tokens.size())) {
+      return Status::InvalidArgument("ServerPromptCache: a checkpoint at " + std::to_string(cp.tokens) +
+                                     " tokens is outside the prompt");
+    }
+    KV_RETURN_IF_ERROR(model.Check(cp.cache));
+  }
+  const std::string key = model.digest().ToHex();
+  Remember(key, tokens, cache);
+  for (const PromptCacheCheckpoint& cp : checkpoints) Remember(key, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache);
+  if (options_.disk != nullptr) {
+    KV_RETURN_IF_ERROR(options_.disk->Put(model, tokens, cache));
+    for (const PromptCacheCheckpoint& cp : checkpoints) {
+      KV_RETURN_IF_ERROR(options_.disk->Put(model, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache));
+    }
+  }
+  if (options_.shared != nullptr) KV_RETURN_IF_ERROR(options_.shared->Insert(model, tokens, cache, checkpoints));
+  return Status::OK();
 }
 
 ServerPromptCache::Stats ServerPromptCache::stats() const {
   std::lock_guard<std::mutex> l(mu_);
-  return Stats{static_cast<int64_t>(entries_.size()), bytes_};
+  Stats s = stats_;
+  s.entries = memory_->entries();
+  s.bytes = memory_->bytes();
+  return s;
 }
 
 }  // namespace kvstore

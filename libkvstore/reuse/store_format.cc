@@ -10,6 +10,8 @@ namespace {
 constexpr std::string_view kModelKey = "kvstore_model";
 constexpr std::string_view kTokensKey = "kvstore_tokens";
 
+}  // namespace
+
 std::string TokensText(std::span<const int32_t> tokens) {
   std::string out;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -34,6 +36,8 @@ std::optional<std::vector<int32_t>> ParseTokens(std::string_view s) {
     s.remove_prefix(comma + 1);
   }
 }
+
+namespace {
 
 std::string Hex(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -96,10 +100,11 @@ std::optional<StoreKey> StoreKeyFromMetadata(const Metadata& metadata) {
 }
 
 std::string ManifestAddLine(std::string_view file, int64_t bytes, std::string_view model,
-                            std::span<const int32_t> tokens) {
+                            std::span<const int32_t> tokens, std::string_view fingerprint) {
   const std::string model_hex = model.empty() ? "-" : Hex(model);
   const std::string tokens_text = tokens.empty() ? "-" : TokensText(tokens);
-  return "+ " + std::string(file) + " " + std::to_string(bytes) + " " + model_hex + " " + tokens_text + "\n";
+  const std::string fp = fingerprint.empty() ? "-" : std::string(fingerprint);
+  return "+ " + std::string(file) + " " + std::to_string(bytes) + " " + model_hex + " " + tokens_text + " " + fp + "\n";
 }
 
 std::string ManifestRemoveLine(std::string_view file) { return "- " + std::string(file) + "\n"; }
@@ -114,13 +119,14 @@ std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std:
     text.remove_prefix(nl + 1);
     if (parts.size() == 2 && parts[0] == "-") {
       out.erase(std::string(parts[1]));
-    } else if (parts.size() == 5 && parts[0] == "+") {
+    } else if ((parts.size() == 5 || parts.size() == 6) && parts[0] == "+") {
       int64_t bytes = 0;
       auto [p, ec] = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), bytes);
       std::optional<std::string> model = Unhex(Dash(parts[3]));
       std::optional<std::vector<int32_t>> tokens = ParseTokens(Dash(parts[4]));
       if (ec != std::errc() || p != parts[2].data() + parts[2].size() || !model || !tokens) continue;
-      out[std::string(parts[1])] = ManifestEntry{StoreKey{std::move(*model), std::move(*tokens)}, bytes};
+      const std::string fingerprint(parts.size() == 6 ? Dash(parts[5]) : std::string_view());
+      out[std::string(parts[1])] = ManifestEntry{StoreKey{std::move(*model), std::move(*tokens)}, bytes, fingerprint};
     }
   }
   return out;

@@ -23,6 +23,16 @@ struct StoreKey {
   std::vector<int32_t> tokens;
 };
 
+// The user metadata key holding the model fingerprint's canonical JSON
+// (absent in files of caches that have none, e.g. an empty KVCache).
+inline constexpr std::string_view kStoreFingerprintKey = "kvstore_fingerprint";
+
+// "1,2,3" for {1, 2, 3}; "" for none.
+std::string TokensText(std::span<const int32_t> tokens);
+// TokensText's inverse; nullopt for empty items, trailing commas or values
+// outside int32.
+std::optional<std::vector<int32_t>> ParseTokens(std::string_view s);
+
 inline constexpr std::string_view kStoreFileSuffix = ".safetensors";
 
 // "<16 hex digits of SHA-256(model '\n' tokens)>.safetensors".
@@ -35,15 +45,18 @@ Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> token
 std::optional<StoreKey> StoreKeyFromMetadata(const Metadata& metadata);
 
 // MANIFEST: an append-only log, one line per change:
-//   "+ <file> <bytes> <model as hex, or '-'> <tokens, comma-separated, or '-'>\n"
+//   "+ <file> <bytes> <model as hex, or '-'> <tokens, comma-separated, or '-'> <fingerprint digest, or '-'>\n"
 //   "- <file>\n"
+// ("+" lines without the last field, from before fingerprints, are read as
+// entries without one.)
 std::string ManifestAddLine(std::string_view file, int64_t bytes, std::string_view model,
-                            std::span<const int32_t> tokens);
+                            std::span<const int32_t> tokens, std::string_view fingerprint);
 std::string ManifestRemoveLine(std::string_view file);
 
 struct ManifestEntry {
   StoreKey key;
   int64_t bytes = 0;
+  std::string fingerprint{};  // hex digest; empty when the file records none
 };
 // The entries a manifest lists (file name -> last "+" line not removed
 // since). Malformed lines and a torn last line are ignored: the manifest is

@@ -26,6 +26,7 @@ class StoreIndex {
     std::string file;
     StoreKey key;
     int64_t bytes = 0;
+    std::string fingerprint{};  // hex digest of the model fingerprint in the file; empty when none
     uint64_t generation = 0;  // set by Insert: tells a replaced file from the one a reader saw
   };
 

@@ -2,7 +2,7 @@
 # prompt_cache_sim under ctest: a short run, a SIGKILLed run recovered on
 # the same store, a corrupted store file, a second owner refused, and store
 # files or manifest lines that disagree with their keys.
-#   sim_test.sh SIM short      a short run (also run under TSan)
+#   sim_test.sh SIM short      a short run, and three servers sharing a chunk tier (also run under TSan)
 #   sim_test.sh SIM recovery   SIGKILL + restart, manifest, corruption, second owner
 #   sim_test.sh SIM faults     edited manifest tokens, a renamed file, swapped files
 set -uo pipefail
@@ -20,6 +20,12 @@ if [[ $mode == short ]]; then
   "$sim" --threads 2 --requests 300 --seed 1 > "$dir/short.out" || fail "short run exited non-zero"
   check "$dir/short.out"
   grep -q '^hit_rate: ' "$dir/short.out" || fail "no hit_rate line"
+  # Three servers sharing a sealed chunk tier, each with its own memory.
+  "$sim" --threads 2 --requests 300 --seed 1 --processes 3 --chunk-tokens 16 --secret s > "$dir/shared.out" ||
+    fail "shared run exited non-zero: $(cat "$dir/shared.out")"
+  check "$dir/shared.out"
+  grep -Eq '^shared_hits: [1-9][0-9]*$' "$dir/shared.out" || fail "no shared hits: $(cat "$dir/shared.out")"
+  grep -Eq '^dedup: 0\.[0-9]+$' "$dir/shared.out" || fail "no dedup line: $(cat "$dir/shared.out")"
   if ((failures)); then echo "$failures failures"; exit 1; fi
   echo "prompt_cache_sim short run passed"
   exit 0
@@ -38,15 +44,18 @@ set_field() {
 swap() { mv "$1" "$1.swap" && mv "$2" "$1" && mv "$1.swap" "$2"; }
 # fault NAME: a fresh copy of the base store in $dir/NAME.
 fault() { rm -rf "${dir:?}/$1" && cp -r "$dir/base" "$dir/$1"; }
-# run NAME: the base run's traffic again (same seed, one thread) on $dir/NAME.
+# The fault runs: no memory tier (every fetch reaches the disk) and prompts
+# without a new message, so that the system prompts' own entries are served.
+fault_args=(--threads 1 --requests 100 --max-entries 0 --tail-tokens 0 --seed 5)
+# run NAME: the base run's traffic again on $dir/NAME.
 run() {
-  "$sim" --threads 1 --requests 100 --store "$dir/$1" --max-entries 8 --seed 5 > "$dir/$1.out" ||
+  "$sim" "${fault_args[@]}" --store "$dir/$1" > "$dir/$1.out" ||
     fail "$1: run exited non-zero: $(cat "$dir/$1.out")"
   check "$dir/$1.out"
 }
 
 if [[ $mode == faults ]]; then
-  "$sim" --threads 1 --requests 100 --store "$dir/base" --max-entries 8 --seed 5 > "$dir/base.out" || fail "base run"
+  "$sim" "${fault_args[@]}" --store "$dir/base" > "$dir/base.out" || fail "base run"
   mapfile -t systems < <(entries "$dir/base" | awk '$3 == 48')  # the shared system prompts
   ((${#systems[@]} >= 2)) || { echo "FAIL: ${#systems[@]} system-prompt entries in the base store"; exit 1; }
   read -r s1_file s1_bytes _ s1_tokens <<< "${systems[0]}"

@@ -1,0 +1,175 @@
+// kvtool ls / inspect on a shared tier in Redis.
+#include "apps/kvtool/shared.h"
+
+#include <cstdio>
+
+#include "apps/kvtool/kvtool.h"
+#include "kvstore/redis_backend.h"
+#include "kvstore/shared_tier_admin.h"
+
+namespace kvtool {
+namespace {
+
+using kvstore::Json;
+
+kvstore::Result<std::unique_ptr<kvstore::KvBackend>> Connect(const std::string& url) {
+  // A tool may wait longer than a request thread: values can be large.
+  return kvstore::OpenRedisBackend({.url = url, .command_timeout = std::chrono::milliseconds(5000)});
+}
+
+std::string Describe(const kvstore::SharedNamespaceInfo& ns) {
+  if (!ns.fingerprint) return "(" + ns.error + ")";
+  return ns.fingerprint->model_id();
+}
+
+int LsNamespaces(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
+  auto namespaces = kvstore::ListSharedNamespaces(backend, a.prefix);
+  if (!namespaces.ok()) return Fail(namespaces.status());
+  if (json) {
+    Json list = Json::MakeArray();
+    for (const auto& ns : *namespaces) {
+      Json j = Json::MakeObject();
+      j["namespace"] = Json(ns.id);
+      j["model"] = ns.fingerprint ? Json(ns.fingerprint->model_id()) : Json();
+      j["layers"] = ns.fingerprint ? Json(static_cast<int64_t>(ns.fingerprint->spec().layers.size())) : Json();
+      j["chunk_tokens"] = Json(ns.chunk_tokens);
+      j["chunks"] = Json(ns.chunks);
+      j["snapshots"] = Json(ns.snapshots);
+      if (!ns.error.empty()) j["error"] = Json(ns.error);
+      list.Push(std::move(j));
+    }
+    Json out = Json::MakeObject();
+    out["store"] = Json(backend.Describe());
+    out["prefix"] = Json(a.prefix);
+    out["namespaces"] = std::move(list);
+    PrintJson(out);
+    return kExitOk;
+  }
+  std::printf("%-32s  %-24s %6s %6s %8s %9s\n", "namespace", "model", "layers", "chunk", "chunks", "snapshots");
+  for (const auto& ns : *namespaces) {
+    std::printf("%-32s  %-24s %6s %6lld %8lld %9lld\n", ns.id.c_str(), Describe(ns).c_str(),
+                ns.fingerprint ? std::to_string(ns.fingerprint->spec().layers.size()).c_str() : "-",
+                static_cast<long long>(ns.chunk_tokens), static_cast<long long>(ns.chunks),
+                static_cast<long long>(ns.snapshots));
+  }
+  std::printf("%zu namespaces under \"%s\" on %s\n", namespaces->size(), a.prefix.c_str(), backend.Describe().c_str());
+  return kExitOk;
+}
+
+int LsChains(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
+  auto chains = kvstore::ListSharedChains(backend, a.prefix, a.ns);
+  if (!chains.ok()) return Fail(chains.status());
+  if (json) {
+    Json list = Json::MakeArray();
+    for (const auto& c : *chains) {
+      Json j = Json::MakeObject();
+      j["root"] = Json(c.root);
+      j["chunks"] = Json(c.chunks);
+      j["longest"] = Json(c.longest);
+      j["leaves"] = Json(c.leaves);
+      j["snapshots"] = Json(c.snapshots);
+      Json writers = Json::MakeArray();
+      for (const auto& w : c.writers) writers.Push(Json(w));
+      j["writers"] = std::move(writers);
+      list.Push(std::move(j));
+    }
+    Json out = Json::MakeObject();
+    out["namespace"] = Json(a.ns);
+    out["chains"] = std::move(list);
+    PrintJson(out);
+    return kExitOk;
+  }
+  std::printf("%-40s %7s %8s %7s %9s  %s\n", "first chunk", "chunks", "longest", "leaves", "snapshots", "writers");
+  for (const auto& c : *chains) {
+    std::string writers;
+    for (const auto& w : c.writers) writers += (writers.empty() ? "" : ",") + w;
+    std::printf("%-40s %7lld %8lld %7lld %9lld  %s\n", c.root.substr(c.root.size() - std::min<size_t>(40, c.root.size())).c_str(),
+                static_cast<long long>(c.chunks), static_cast<long long>(c.longest),
+                static_cast<long long>(c.leaves), static_cast<long long>(c.snapshots), writers.c_str());
+  }
+  std::printf("%zu chains in namespace %s (longest and chunks count chunks; leaves are distinct continuations)\n",
+              chains->size(), a.ns.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+bool IsSharedTierUrl(const std::string& arg) { return arg.starts_with("redis://"); }
+
+std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls) {
+  auto a = std::make_shared<SharedArgs>();
+  ls->add_option("--prefix", a->prefix, "redis://: the shared tier's key prefix")->capture_default_str();
+  ls->add_option("--namespace", a->ns, "redis://: list the chains of chunks of this namespace");
+  return a;
+}
+
+std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect) {
+  auto a = std::make_shared<SharedArgs>();
+  inspect->add_option("--key", a->key, "redis://: the key of the chunk to inspect");
+  inspect->add_option("--secret", a->secret, "redis://: with --verify, also check the chunk's HMAC seal");
+  return a;
+}
+
+int LsShared(const std::string& url, const SharedArgs& a, bool json) {
+  auto backend = Connect(url);
+  if (!backend.ok()) return Fail(backend.status());
+  return a.ns.empty() ? LsNamespaces(**backend, a, json) : LsChains(**backend, a, json);
+}
+
+int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool verify) {
+  if (a.key.empty()) return Fail(kExitUsage, "inspect " + url + " needs --key KEY (kvtool ls lists them)");
+  auto backend = Connect(url);
+  if (!backend.ok()) return Fail(backend.status());
+  auto info = kvstore::ReadSharedChunkInfo(**backend, a.key);
+  if (!info.ok()) return Fail(info.status());
+  kvstore::Status verified = verify ? kvstore::VerifySharedChunk(**backend, a.key, a.secret) : kvstore::Status::OK();
+  const int64_t first = info->index * info->chunk_tokens;
+  if (json) {
+    Json j = Json::MakeObject();
+    j["key"] = Json(info->key);
+    j["kind"] = Json(info->snapshot ? "snapshot" : "rows");
+    j["index"] = Json(info->index);
+    j["chunk_tokens"] = Json(info->chunk_tokens);
+    j["namespace"] = Json(info->ns_digest);
+    j["chain"] = Json(info->chain);
+    j["parent"] = Json(info->parent);
+    j["writer"] = Json(info->writer);
+    j["sealed"] = Json(info->sealed);
+    j["compressed"] = Json(info->compressed);
+    Json layers = Json::MakeArray();
+    for (size_t i = 0; i < info->layers.size(); ++i) {
+      Json l = Json::MakeObject();
+      l["path"] = Json(info->layers[i]);
+      l["class"] = Json(info->classes[i]);
+      layers.Push(std::move(l));
+    }
+    j["layers"] = std::move(layers);
+    if (verify) j["verified"] = Json(verified.ok());
+    PrintJson(j);
+  } else {
+    std::printf("key: %s\n", info->key.c_str());
+    if (info->snapshot) {
+      std::printf("kind: snapshot at %lld tokens\n", static_cast<long long>(first + info->chunk_tokens));
+    } else {
+      std::printf("kind: rows, chunk %lld: tokens %lld-%lld\n", static_cast<long long>(info->index),
+                  static_cast<long long>(first), static_cast<long long>(first + info->chunk_tokens));
+    }
+    std::printf("namespace: %s\nchain: %s\nparent: %s\nwriter: %s\nsealed: %s\ncompressed: %s\n",
+                info->ns_digest.c_str(), info->chain.c_str(), info->parent.empty() ? "-" : info->parent.c_str(),
+                info->writer.c_str(), info->sealed ? "HMAC-SHA256" : "no", info->compressed ? "zstd" : "no");
+    std::printf("%-6s %-8s %-18s %s\n", "layer", "path", "class", "tensors");
+    for (size_t i = 0; i < info->layers.size(); ++i) {
+      std::string tensors;
+      const std::string own = std::to_string(i) + ".";
+      for (const auto& t : info->tensors) {
+        if (!t.name.starts_with(own)) continue;
+        tensors += (tensors.empty() ? "" : " ") + std::string(kvstore::DTypeName(t.dtype)) + kvstore::ShapeToString(t.shape);
+      }
+      std::printf("%-6zu %-8s %-18s %s\n", i, info->layers[i].c_str(), info->classes[i].c_str(), tensors.c_str());
+    }
+    if (verify && verified.ok()) std::printf("verified: digests%s match\n", a.secret.empty() ? "" : " and seal");
+  }
+  return verified.ok() ? kExitOk : Fail(verified);
+}
+
+}  // namespace kvtool

@@ -1,0 +1,36 @@
+// kvtool on a shared tier's store: `ls` and `inspect` given a redis://
+// URL instead of a directory or file (docs/cli.md). ls.cc and inspect.cc
+// call in here for such an argument.
+#ifndef KVSTORE_APPS_KVTOOL_SHARED_H_
+#define KVSTORE_APPS_KVTOOL_SHARED_H_
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+namespace kvtool {
+
+// True for "redis://...".
+bool IsSharedTierUrl(const std::string& arg);
+
+// The options the shared tier adds to a subcommand.
+struct SharedArgs {
+  std::string prefix = "kvstore:";  // --prefix
+  std::string ns;                   // --namespace (ls)
+  std::string key;                  // --key (inspect)
+  std::string secret;               // --secret (inspect --verify)
+};
+std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls);
+std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect);
+
+// kvtool ls URL: the namespaces under the prefix, or with --namespace the
+// chains of chunks in one.
+int LsShared(const std::string& url, const SharedArgs& args, bool json);
+// kvtool inspect URL --key KEY: one chunk from its header; --verify reads
+// it whole and checks its digests (and with --secret its seal).
+int InspectShared(const std::string& url, const SharedArgs& args, bool json, bool verify);
+
+}  // namespace kvtool
+
+#endif  // KVSTORE_APPS_KVTOOL_SHARED_H_

@@ -1,0 +1,119 @@
+// What tools see of a shared tier: namespaces, chains and chunk headers.
+#include "kvstore/shared_tier_admin.h"
+
+#include "kvstore/kv_cache.h"
+#include "libkvstore/reuse/chunk_keys.h"
+#include "shared_tier_testutil.h"
+
+namespace kvstore {
+namespace {
+
+using testing::HasCode;
+using testing::Iota;
+using testing::Prefill;
+using testing::Tokens;
+
+constexpr int64_t kC = 4;
+
+PromptCache CacheOf(int64_t tokens) {
+  auto kv = std::make_shared<KVCache>();
+  Prefill(*kv, tokens, 3, 1, 2, 8);
+  return {kv};
+}
+
+class SharedTierAdminTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto a = testing::OpenTier(backend_.get(), kC, "s", false, "writer-a");
+    auto b = testing::OpenTier(backend_.get(), kC, "s", false, "writer-b");
+    ASSERT_OK(a->Insert(fp_, first_, CacheOf(static_cast<int64_t>(first_.size()))));
+    ASSERT_OK(b->Insert(fp_, second_, CacheOf(static_cast<int64_t>(second_.size()))));
+  }
+  std::string KeyOf(const Tokens& tokens, int64_t i) const {
+    const ChunkNamespace ns = MakeChunkNamespace(fp_, kC);
+    return ChunkKey("kvstore:", ns, ChunkKind::kRows, ChainHashes(ns, tokens, static_cast<size_t>(i + 1))[i]);
+  }
+
+  // Three shared chunks, then two branches of 2 and 1 chunks.
+  const Tokens first_ = Iota(5 * kC + 1);
+  const Tokens second_ = [] {
+    Tokens t = Iota(3 * kC);
+    for (int32_t i = 0; i < kC; ++i) t.push_back(-i - 1);
+    return t;
+  }();
+  const ModelFingerprint fp_ = testing::FingerprintOf(CacheOf(1));
+  std::unique_ptr<KvBackend> backend_ = NewMemKvBackend();
+};
+
+TEST_F(SharedTierAdminTest, NamespacesAndChains) {
+  ASSERT_OK_AND_ASSIGN(auto namespaces, ListSharedNamespaces(*backend_, "kvstore:"));
+  ASSERT_EQ(namespaces.size(), 1u);
+  EXPECT_EQ(namespaces[0].id, MakeChunkNamespace(fp_, kC).id);
+  ASSERT_TRUE(namespaces[0].fingerprint.has_value());
+  EXPECT_EQ(namespaces[0].fingerprint->json(), fp_.json());
+  EXPECT_EQ(namespaces[0].chunk_tokens, kC);
+  EXPECT_EQ(namespaces[0].chunks, 6);
+  EXPECT_EQ(namespaces[0].snapshots, 0);
+
+  ASSERT_OK_AND_ASSIGN(auto chains, ListSharedChains(*backend_, "kvstore:", namespaces[0].id));
+  ASSERT_EQ(chains.size(), 1u);
+  EXPECT_EQ(chains[0].root, KeyOf(first_, 0));
+  EXPECT_EQ(chains[0].chunks, 6);
+  EXPECT_EQ(chains[0].longest, 5);
+  EXPECT_EQ(chains[0].leaves, 2);
+  EXPECT_EQ(chains[0].writers, (std::vector<std::string>{"writer-a", "writer-b"}));
+
+  // An evicted middle chunk splits the tree: its children become roots.
+  ASSERT_OK(backend_->Delete(std::vector<std::string>{KeyOf(first_, 2)}));
+  ASSERT_OK_AND_ASSIGN(chains, ListSharedChains(*backend_, "kvstore:", namespaces[0].id));
+  ASSERT_EQ(chains.size(), 3u);
+  EXPECT_EQ(chains[0].root, KeyOf(first_, 3));
+  EXPECT_EQ(chains[0].longest, 2);
+  EXPECT_EQ(chains[1].longest, 2);  // chunks 0-1
+  EXPECT_EQ(chains[2].root, KeyOf(second_, 3));
+  EXPECT_EQ(chains[2].chunks, 1);
+  ASSERT_OK_AND_ASSIGN(auto none, ListSharedNamespaces(*backend_, "other:"));
+  EXPECT_TRUE(none.empty());
+}
+
+TEST_F(SharedTierAdminTest, AChunkFromItsHeader) {
+  ASSERT_OK_AND_ASSIGN(SharedChunkInfo info, ReadSharedChunkInfo(*backend_, KeyOf(first_, 4)));
+  EXPECT_FALSE(info.snapshot);
+  EXPECT_EQ(info.index, 4);
+  EXPECT_EQ(info.chunk_tokens, kC);
+  EXPECT_EQ(info.writer, "writer-a");
+  EXPECT_EQ(info.layers, (std::vector<std::string>{"0"}));
+  EXPECT_EQ(info.classes, (std::vector<std::string>{"KVCache"}));
+  ASSERT_EQ(info.tensors.size(), 2u);
+  EXPECT_EQ(info.tensors[0].shape, (Shape{1, 2, kC, 8}));
+  EXPECT_TRUE(info.sealed);
+  EXPECT_EQ(info.value_bytes, 0u);  // the header alone was read
+  EXPECT_OK(VerifySharedChunk(*backend_, KeyOf(first_, 4), "s"));
+  EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 4), "t"), HasCode(StatusCode::kCorruption, "HMAC"));
+  EXPECT_THAT(ReadSharedChunkInfo(*backend_, "kvstore:nope"), HasCode(StatusCode::kNotFound, "nope"));
+  ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{"kvstore:junk", "\x10\0\0\0\0\0\0\0{}"}}));
+  EXPECT_THAT(ReadSharedChunkInfo(*backend_, "kvstore:junk"), HasCode(StatusCode::kCorruption, "kvstore:junk"));
+  // A flipped tensor byte: the header still reads, verification fails.
+  auto value = backend_->Get(std::vector<std::string>{KeyOf(first_, 1)});
+  std::string bad = *(*value)[0];
+  bad[bad.size() - 2] ^= 1;
+  ASSERT_OK(backend_->Delete(std::vector<std::string>{KeyOf(first_, 1)}));
+  ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{KeyOf(first_, 1), bad}}));
+  EXPECT_OK(ReadSharedChunkInfo(*backend_, KeyOf(first_, 1)));
+  EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 1), "s"), HasCode(StatusCode::kCorruption, "digests"));
+}
+
+TEST_F(SharedTierAdminTest, CompressedChunksAreReadWhole) {
+  std::unique_ptr<KvBackend> backend = NewMemKvBackend();
+  ASSERT_OK_AND_ASSIGN(auto tier, SharedPromptCache::Open({.backend = backend.get(), .chunk_tokens = kC,
+                                                           .compression_level = 1, .async_insert = false}));
+  ASSERT_OK(tier->Insert(fp_, first_, CacheOf(static_cast<int64_t>(first_.size()))));
+  ASSERT_OK_AND_ASSIGN(SharedChunkInfo info, ReadSharedChunkInfo(*backend, KeyOf(first_, 2)));
+  EXPECT_TRUE(info.compressed);
+  EXPECT_GT(info.value_bytes, 0u);
+  EXPECT_EQ(info.index, 2);
+  EXPECT_FALSE(info.sealed);
+}
+
+}  // namespace
+}  // namespace kvstore

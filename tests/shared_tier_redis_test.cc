@@ -1,0 +1,204 @@
+// The shared tier on real Redis servers: sharing between server processes'
+// tiers on a single node and across a cluster's masters, an ACL user
+// limited to the tier's prefix, corruption behind the tier's back, eviction
+// under maxmemory, a stopped or killed server (a miss within the timeout).
+#include <unistd.h>
+
+#include <chrono>
+
+#include "kvstore/kv_cache.h"
+#include "kvstore/redis_backend.h"
+#include "redis_test_util.h"
+#include "shared_tier_testutil.h"
+
+namespace kvstore::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kC = 16;
+
+PromptCache Layers(int64_t tokens, uint64_t seed) {
+  PromptCache cache = {std::make_shared<KVCache>(), std::make_shared<KVCache>()};
+  for (size_t l = 0; l < cache.size(); ++l) Prefill(*cache[l], tokens, 7, seed * 10 + l, 2, 32);
+  return cache;
+}
+
+std::unique_ptr<KvBackend> Open(const std::string& url, milliseconds timeout = milliseconds(2000)) {
+  Result<std::unique_ptr<KvBackend>> backend = OpenRedisBackend({.url = url, .command_timeout = timeout});
+  EXPECT_OK(backend);
+  return backend.ok() ? std::move(backend).value() : nullptr;
+}
+
+std::unique_ptr<SharedPromptCache> TierOn(KvBackend* backend, const std::string& prefix, const std::string& writer) {
+  return SharedPromptCache::Open({.backend = backend, .key_prefix = prefix, .chunk_tokens = kC, .secret = "s",
+                                  .writer_id = writer, .async_insert = false})
+      .value();
+}
+
+// Two server processes' tiers (own connections) share a prompt's chunks.
+void ExpectSharing(const std::string& url) {
+  const std::string prefix = UniqueKeyPrefix();
+  auto backend_a = Open(url), backend_b = Open(url);
+  ASSERT_NE(backend_a, nullptr);
+  auto a = TierOn(backend_a.get(), prefix, "a"), b = TierOn(backend_b.get(), prefix, "b");
+  const Tokens tokens = Iota(8 * kC + 3);
+  const PromptCache cache = Layers(8 * kC + 3, 1);
+  const ModelFingerprint fp = FingerprintOf(cache);
+  ASSERT_OK(a->Insert(fp, tokens, cache));
+  EXPECT_EQ(a->stats().chunks_written, 8);
+  ASSERT_OK_AND_ASSIGN(auto hit, b->Fetch(fp, tokens));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 8 * kC);
+  EXPECT_EQ(hit->foreign_tokens, 8 * kC);
+  EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(cache, 8 * kC)));
+  ASSERT_OK(b->Insert(fp, tokens, cache));
+  EXPECT_EQ(b->stats().chunks_present, 8);
+  EXPECT_EQ(b->stats().chunks_written, 0);
+}
+
+TEST(SharedTierRedis, ServersShareChunksOnASingleNode) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_URL");
+  ExpectSharing(url);
+}
+
+TEST(SharedTierRedis, ServersShareChunksSpreadOverTheClusterMasters) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_CLUSTER_URL");
+  KVSTORE_REDIS_SETTING_OR_SKIP(ports, "KVSTORE_TEST_REDIS_CLUSTER_PORTS");
+  ExpectSharing(url);
+  // A fresh prompt's chunks land on every master.
+  const std::string prefix = UniqueKeyPrefix();
+  auto backend = Open(url);
+  auto tier = TierOn(backend.get(), prefix, "a");
+  const PromptCache cache = Layers(32 * kC, 2);
+  ASSERT_OK(tier->Insert(FingerprintOf(cache), Iota(32 * kC, 5000), cache));
+  const RedisUrl u = ParseRedisUrl(url).value();
+  int masters_holding = 0;
+  for (size_t at = 0; at <= ports.size();) {
+    const size_t comma = std::min(ports.find(',', at), ports.size());
+    std::string node = "redis://" + u.user + ":" + u.password + "@" + u.host + ":" + ports.substr(at, comma - at);
+    auto admin = RedisAdmin::Connect(node);
+    ASSERT_OK(admin);
+    RedisReply keys = (*admin)->Must({"KEYS", prefix + "v1/*/c/*"});
+    masters_holding += keys.elements.size() > 0;
+    at = comma + 1;
+  }
+  EXPECT_EQ(masters_holding, 3);
+}
+
+// A user that may touch only the tier's prefix works there and nowhere else.
+TEST(SharedTierRedis, AnAclUserIsLimitedToItsPrefix) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_URL");
+  const std::string prefix = UniqueKeyPrefix();
+  const std::string user = "kvtier-" + std::to_string(getpid());
+  auto admin = RedisAdmin::Connect(url);
+  ASSERT_OK(admin);
+  (*admin)->Must({"ACL", "SETUSER", user, "reset", "on", ">tier-pw", "~" + prefix + "*", "-@all", "+get",
+                  "+getrange", "+exists", "+set", "+unlink", "+scan", "+multi", "+exec", "+asking",
+                  "+cluster|slots"});
+  const RedisUrl u = ParseRedisUrl(url).value();
+  auto backend = Open("redis://" + user + ":tier-pw@" + u.host + ":" + std::to_string(u.port));
+  ASSERT_NE(backend, nullptr);
+  const PromptCache cache = Layers(3 * kC, 3);
+  const ModelFingerprint fp = FingerprintOf(cache);
+  auto mine = TierOn(backend.get(), prefix, "a");
+  ASSERT_OK(mine->Insert(fp, Iota(3 * kC), cache));
+  ASSERT_OK_AND_ASSIGN(auto hit, mine->Fetch(fp, Iota(3 * kC)));
+  EXPECT_TRUE(hit.has_value());
+  auto theirs = TierOn(backend.get(), "kvtier-other:", "a");
+  EXPECT_THAT(theirs->Insert(fp, Iota(3 * kC), cache), HasCode(StatusCode::kFailedPrecondition, "NOPERM"));
+  ASSERT_OK_AND_ASSIGN(auto miss, theirs->Fetch(fp, Iota(3 * kC)));
+  EXPECT_FALSE(miss.has_value());
+  EXPECT_GE(theirs->stats().backend_errors, 2);
+  (*admin)->Must({"ACL", "DELUSER", user});
+}
+
+// SETRANGE over a stored chunk: refused, deleted, the prefix ends before it.
+TEST(SharedTierRedis, ACorruptedValueIsRefusedAndDeleted) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_URL");
+  const std::string prefix = UniqueKeyPrefix();
+  auto backend = Open(url);
+  auto tier = TierOn(backend.get(), prefix, "a");
+  const PromptCache cache = Layers(6 * kC, 4);
+  const ModelFingerprint fp = FingerprintOf(cache);
+  const Tokens tokens = Iota(6 * kC);
+  ASSERT_OK(tier->Insert(fp, tokens, cache));
+  // Chunk 3's key from the backend: the value whose index is 3.
+  ASSERT_OK_AND_ASSIGN(auto keys, backend->Scan(prefix + "v1/", 100));
+  std::string victim;
+  for (const std::string& k : keys) {
+    auto v = backend->Get(std::vector<std::string>{k});
+    if (v.ok() && (*v)[0] && (*v)[0]->find("\"1.kvstore_chunk_index\":\"3\"") != std::string::npos) victim = k;
+  }
+  ASSERT_FALSE(victim.empty());
+  auto admin = RedisAdmin::Connect(url);
+  ASSERT_OK(admin);
+  (*admin)->Must({"SETRANGE", victim, "3000", "behind your back"});
+  ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp, tokens));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 3 * kC);
+  EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(cache, 3 * kC)));
+  EXPECT_EQ(tier->stats().corrupt + tier->stats().forged, 1);
+  ASSERT_OK_AND_ASSIGN(auto gone, backend->Exists(std::vector<std::string>{victim}));
+  EXPECT_FALSE(gone[0]);
+}
+
+// maxmemory far below the inserts: chunks are evicted, every fetch is a
+// miss or a correct prefix.
+TEST(SharedTierRedis, EvictionEndsPrefixesButNeverServesWrongKv) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(binary, "KVSTORE_TEST_REDIS_SERVER");
+  RedisServerProcess server({"--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"});
+  ASSERT_TRUE(server.Start());
+  auto backend = Open(server.url());
+  auto tier = TierOn(backend.get(), "kvstore:", "a");
+  std::vector<std::pair<Tokens, PromptCache>> prompts;
+  for (int p = 0; p < 24; ++p) {
+    prompts.emplace_back(Iota(8 * kC, 10000 * (p + 1)), Layers(8 * kC, static_cast<uint64_t>(p)));
+    ASSERT_OK(tier->Insert(FingerprintOf(prompts.back().second), prompts.back().first, prompts.back().second));
+  }
+  int served = 0, partial = 0;
+  for (const auto& [tokens, cache] : prompts) {
+    ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(FingerprintOf(cache), tokens));
+    if (!hit) continue;
+    ++served;
+    partial += hit->tokens < 8 * kC;
+    EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(cache, hit->tokens)));
+  }
+  EXPECT_LT(served, 24);  // 24 x 8 chunks of 16 KiB do not fit in 2 MiB
+  EXPECT_GT(served, 0);
+  EXPECT_EQ(tier->stats().corrupt + tier->stats().forged + tier->stats().mismatched, 0);
+  RecordProperty("partial_prefixes", partial);
+}
+
+// A stopped server turns a fetch into a miss within the timeout; a killed
+// one too; once it is back (empty) the tier works again.
+TEST(SharedTierRedis, ADeadOrStoppedServerIsAMissWithinTheTimeout) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(binary, "KVSTORE_TEST_REDIS_SERVER");
+  RedisServerProcess server;
+  ASSERT_TRUE(server.Start());
+  auto backend = Open(server.url(), milliseconds(200));
+  auto tier = TierOn(backend.get(), "kvstore:", "a");
+  const PromptCache cache = Layers(4 * kC, 5);
+  const ModelFingerprint fp = FingerprintOf(cache);
+  ASSERT_OK(tier->Insert(fp, Iota(4 * kC), cache));
+  server.Pause();
+  auto start = Clock::now();
+  ASSERT_OK_AND_ASSIGN(auto stopped, tier->Fetch(fp, Iota(4 * kC)));
+  EXPECT_FALSE(stopped.has_value());
+  EXPECT_LT(Clock::now() - start, milliseconds(1500));
+  server.Resume();
+  server.Kill();
+  ASSERT_OK_AND_ASSIGN(auto dead, tier->Fetch(fp, Iota(4 * kC)));
+  EXPECT_FALSE(dead.has_value());
+  EXPECT_GE(tier->stats().backend_errors, 2);
+  ASSERT_TRUE(server.Start());
+  std::this_thread::sleep_for(milliseconds(2100));  // the backend's backoff window
+  ASSERT_OK(tier->Insert(fp, Iota(4 * kC), cache));
+  ASSERT_OK_AND_ASSIGN(auto back, tier->Fetch(fp, Iota(4 * kC)));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->tokens, 4 * kC);
+}
+
+}  // namespace
+}  // namespace kvstore::testing
