@@ -82,6 +82,18 @@ TEST(RedisUrl, RedactsThePassword) {
   EXPECT_EQ(RedactedRedisUrl(u), "redis://a%25b%40:***@h:7");  // parses back
 }
 
+// Found by fuzz_redis_url: a long user of characters that %-encode to 3 bytes
+// made a redacted URL longer than the parser accepts.
+TEST(RedisUrl, LongCredentialsAreRefusedSoTheRedactedFormParses) {
+  ASSERT_OK_AND_ASSIGN(RedisUrl u, ParseRedisUrl("redis://" + std::string(1024, '!') + ":p@h:7"));
+  ASSERT_OK_AND_ASSIGN(RedisUrl again, ParseRedisUrl(RedactedRedisUrl(u)));
+  EXPECT_EQ(again.user, u.user);
+  EXPECT_THAT(ParseRedisUrl("redis://" + std::string(2000, '!') + ":p@h:7"),
+              HasCode(StatusCode::kInvalidArgument, "longer than 1024"));
+  EXPECT_THAT(ParseRedisUrl("redis://u:" + std::string(1025, 'p') + "@h:7"),
+              HasCode(StatusCode::kInvalidArgument, "longer than 1024"));
+}
+
 TEST(RedisSlots, Crc16AndHashTagsMatchRedis) {
   EXPECT_EQ(Crc16("123456789"), 0x31C3);
   // Values from CLUSTER KEYSLOT on Redis 7.0.

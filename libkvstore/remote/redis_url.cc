@@ -12,6 +12,10 @@ namespace {
 
 constexpr size_t kMaxUrlBytes = 4096;
 constexpr size_t kMaxHostBytes = 253;
+// A user name or password longer than this is refused. It also keeps the
+// redacted form (whose user is %-encoded, up to 3 bytes per byte) under
+// kMaxUrlBytes, so what RedactedRedisUrl prints always parses back.
+constexpr size_t kMaxCredentialBytes = 1024;
 
 Status Bad(std::string_view what) { return Status::InvalidArgument("redis url: " + std::string(what)); }
 
@@ -107,6 +111,9 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url) {
     KV_ASSIGN_OR_RETURN(out.user, Decode(userinfo.substr(0, colon), "user"));
     KV_ASSIGN_OR_RETURN(out.password, Decode(userinfo.substr(colon + 1), "password"));
     if (out.password.empty()) return Bad("the password is empty");
+    if (out.user.size() > kMaxCredentialBytes || out.password.size() > kMaxCredentialBytes) {
+      return Bad("a user name or password is longer than 1024 bytes");
+    }
   }
 
   std::string_view port_text;
