@@ -9,8 +9,8 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   zstd openssl                      # reference tools for bench/ and tests
 )
-if [[ "${KVSTORE_WITH_FUZZ:-0}" == 1 ]]; then
-  packages+=(clang libclang-rt-14-dev)   # libFuzzer + sanitizer runtimes
+if [[ "${KVSTORE_WITH_CLANG:-0}" == 1 ]]; then
+  packages+=(clang libclang-rt-14-dev)   # sanitizer build, libFuzzer + sanitizer runtimes
 fi
 
 missing=()
