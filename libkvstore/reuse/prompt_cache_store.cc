@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "kvstore/prompt_cache_file.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace kvstore {
 

@@ -1,10 +1,12 @@
 // SHA-256 (FIPS 180-4), computed with OpenSSL's EVP interface (SHA-NI where
-// the CPU has it).
+// the CPU has it). Internal: the file format's digests and the prompt-cache
+// store's keys; the public API exposes digests only as hex strings in files
+// (docs/format.md) and through VerifyPromptCacheFile.
 //
 // Thread safety: Sha256Digest is a value. A Sha256Hasher is used by one
 // thread at a time; distinct hashers run concurrently.
-#ifndef KVSTORE_SHA256_H_
-#define KVSTORE_SHA256_H_
+#ifndef KVSTORE_LIBKVSTORE_INTEGRITY_SHA256_H_
+#define KVSTORE_LIBKVSTORE_INTEGRITY_SHA256_H_
 
 #include <array>
 #include <cstddef>
@@ -65,4 +67,4 @@ Sha256Digest Sha256(const Array& array);
 
 }  // namespace kvstore
 
-#endif  // KVSTORE_SHA256_H_
+#endif  // KVSTORE_LIBKVSTORE_INTEGRITY_SHA256_H_
