@@ -16,7 +16,7 @@ if [[ -n "${KVSTORE_WERROR:-}" ]]; then args+=("-DKVSTORE_WERROR=$KVSTORE_WERROR
 cache=$build/CMakeCache.txt
 if [[ -n "${CXX:-}" && -f "$cache" ]]; then
   configured=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache")
-  if [[ "$configured" != "$(command -v "$CXX")" ]]; then
+  if [[ "$(realpath -q "$configured")" != "$(realpath -q "$(command -v "$CXX")")" ]]; then
     echo "build: $build was configured with $configured; configuring it for $CXX" >&2
     rm -rf "$build"
   fi

@@ -50,11 +50,11 @@ TEST(JsonTest, StringsDecodeEscapesAndSurrogates) {
 
 TEST(JsonTest, RejectsMalformedInputWithOffsets) {
   const char* bad[] = {
-      "",          "{",          "[1,]",        "{\"a\":1,}", "01",         "1.",
-      "-",         ".5",         "1e",          "tru",        "nul",        "\"abc",
-      "\"\\x\"",   "\"\\u12\"",  "\"\\ud800\"", "\"\\udc00\"", "{\"a\" 1}",  "{1:2}",
-      "[1 2]",     "1 2",        "NaN",         "Infinity",   "// c\n1",    "1e999",
-      "\"\t\"",    "'a'",
+      "",        "{",         "[1,]",        "{\"a\":1,}",  "01",        "1.",
+      "-",       ".5",        "1e",          "tru",         "nul",       "\"abc",
+      "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00\"", "{\"a\" 1}", "{1:2}",
+      "[1 2]",   "1 2",       "NaN",         "Infinity",    "// c\n1",   "1e999",
+      "\"\t\"",  "'a'",
   };
   for (const char* text : bad) {
     EXPECT_THAT(Json::Parse(text), HasCode(StatusCode::kCorruption, "JSON")) << text;
@@ -64,7 +64,7 @@ TEST(JsonTest, RejectsMalformedInputWithOffsets) {
 
 TEST(JsonTest, RejectsInvalidUtf8) {
   const std::string bad[] = {"\"\xC0\xAF\"", "\"\xED\xA0\x80\"", "\"\xF4\x90\x80\x80\"",
-                             "\"\xE2\x82\"", "\"\x80\"", "\"\xFF\""};
+                             "\"\xE2\x82\"", "\"\x80\"",         "\"\xFF\""};
   for (const std::string& text : bad) {
     EXPECT_THAT(Json::Parse(text), HasCode(StatusCode::kCorruption, "UTF-8")) << text;
     EXPECT_FALSE(IsValidUtf8(text.substr(1, text.size() - 2)));
@@ -87,12 +87,15 @@ TEST(JsonTest, DuplicateKeysAndDepth) {
 
 TEST(JsonTest, RefusesWhatNlohmannAloneWouldAccept) {
   // A byte order mark (nlohmann skips it) and a partial one.
-  EXPECT_THAT(Json::Parse("\xEF\xBB\xBF{}"), HasCode(StatusCode::kCorruption, "byte order mark at byte 0"));
+  EXPECT_THAT(Json::Parse("\xEF\xBB\xBF{}"),
+              HasCode(StatusCode::kCorruption, "byte order mark at byte 0"));
   EXPECT_THAT(Json::Parse("\xEF\xBB{}"), HasCode(StatusCode::kCorruption, "at byte 0"));
   // A NUL byte, which nlohmann's lexer takes for the end of the input.
   using namespace std::string_literals;
-  EXPECT_THAT(Json::Parse("{}\0"s), HasCode(StatusCode::kCorruption, "NUL byte after the JSON value at byte 2"));
-  EXPECT_THAT(Json::Parse("1 \0 2"s), HasCode(StatusCode::kCorruption, "NUL byte after the JSON value at byte 2"));
+  EXPECT_THAT(Json::Parse("{}\0"s),
+              HasCode(StatusCode::kCorruption, "NUL byte after the JSON value at byte 2"));
+  EXPECT_THAT(Json::Parse("1 \0 2"s),
+              HasCode(StatusCode::kCorruption, "NUL byte after the JSON value at byte 2"));
   EXPECT_THAT(Json::Parse("[1,\0]"s), HasCode(StatusCode::kCorruption, "NUL byte at byte 3"));
   EXPECT_THAT(Json::Parse("\"a\0\""s), HasCode(StatusCode::kCorruption, "NUL byte at byte 2"));
   EXPECT_EQ(MustParse(R"("a\u0000b")").as_string(), "a\0b"s);
@@ -100,10 +103,13 @@ TEST(JsonTest, RefusesWhatNlohmannAloneWouldAccept) {
 
 TEST(JsonTest, ErrorOffsetsNameTheByteWhereTheErrorWasDetected) {
   EXPECT_THAT(Json::Parse("{\"a\" 1}"), HasCode(StatusCode::kCorruption, "expected ':' at byte 5"));
-  EXPECT_THAT(Json::Parse("[1, 2, 1e400]"), HasCode(StatusCode::kCorruption, "number out of range at byte 7"));
+  EXPECT_THAT(Json::Parse("[1, 2, 1e400]"),
+              HasCode(StatusCode::kCorruption, "number out of range at byte 7"));
   EXPECT_THAT(Json::Parse("[\"\\u12x4\"]"), HasCode(StatusCode::kCorruption, "at byte 6"));
-  EXPECT_THAT(Json::Parse("[\"ab\xC0\"]"), HasCode(StatusCode::kCorruption, "UTF-8 byte at byte 4"));
-  EXPECT_THAT(Json::Parse("[1,2"), HasCode(StatusCode::kCorruption, "end of input; expected ']' at byte 4"));
+  EXPECT_THAT(Json::Parse("[\"ab\xC0\"]"),
+              HasCode(StatusCode::kCorruption, "UTF-8 byte at byte 4"));
+  EXPECT_THAT(Json::Parse("[1,2"),
+              HasCode(StatusCode::kCorruption, "end of input; expected ']' at byte 4"));
   // Messages describe; they never echo the input's bytes.
   const std::string long_bad = "[\"" + std::string(100000, 'x') + "\xFF\"]";
   Result<Json> r = Json::Parse(long_bad);
@@ -121,20 +127,27 @@ TEST(JsonTest, NumbersBelowTheSmallestDoubleAreZero) {
 TEST(JsonTest, DuplicateKeysAreFoundAtTheirOpeningQuote) {
   // Small object (scan), sorted keys (comparison with the previous one), and
   // a large unsorted object (hash index).
-  EXPECT_THAT(Json::Parse(R"({"b":1, "a":2, "b":3})"), HasCode(StatusCode::kCorruption, R"(duplicate key "b" at byte 15)"));
-  EXPECT_THAT(Json::Parse(R"({"a":1,"b":2,"c":3,"b":4})"), HasCode(StatusCode::kCorruption, "at byte 19"));
+  EXPECT_THAT(Json::Parse(R"({"b":1, "a":2, "b":3})"),
+              HasCode(StatusCode::kCorruption, R"(duplicate key "b" at byte 15)"));
+  EXPECT_THAT(Json::Parse(R"({"a":1,"b":2,"c":3,"b":4})"),
+              HasCode(StatusCode::kCorruption, "at byte 19"));
   std::string sorted = "{";
   std::string unsorted = "{";
   for (int i = 0; i < 1000; ++i) {
-    sorted += "\"" + std::to_string(10000 + i) + "\":[],";
-    unsorted += "\"" + std::to_string(10999 - i) + "\":{},";
+    sorted.append("\"").append(std::to_string(10000 + i)).append("\":[],");
+    unsorted.append("\"").append(std::to_string(10999 - i)).append("\":{},");
   }
   EXPECT_OK(Json::Parse(sorted + "\"z\":0}"));
   EXPECT_OK(Json::Parse(unsorted + "\"z\":0}"));
   const std::string dup = "\"10500\":1}";
-  EXPECT_THAT(Json::Parse(sorted + dup), HasCode(StatusCode::kCorruption, "\"10500\" at byte " + std::to_string(sorted.size())));
-  EXPECT_THAT(Json::Parse(unsorted + dup), HasCode(StatusCode::kCorruption, "\"10500\" at byte " + std::to_string(unsorted.size())));
-  EXPECT_THAT(Json::Parse(R"({"a":{"k":1,"k":2}})"), HasCode(StatusCode::kCorruption, "at byte 12"));
+  EXPECT_THAT(
+      Json::Parse(sorted + dup),
+      HasCode(StatusCode::kCorruption, "\"10500\" at byte " + std::to_string(sorted.size())));
+  EXPECT_THAT(
+      Json::Parse(unsorted + dup),
+      HasCode(StatusCode::kCorruption, "\"10500\" at byte " + std::to_string(unsorted.size())));
+  EXPECT_THAT(Json::Parse(R"({"a":{"k":1,"k":2}})"),
+              HasCode(StatusCode::kCorruption, "at byte 12"));
   EXPECT_OK(Json::Parse(R"({"a":{"k":1},"b":{"k":2}})"));  // one set per object
 }
 
@@ -147,7 +160,8 @@ TEST(JsonTest, DumpWritesNlohmannBytes) {
             "\"s\":\"q\\\"\\\\\\n\\u0001\\u001f\x7f\xC3\xA9\"}");
   Json::DumpOptions sorted;
   sorted.sort_keys = true;
-  Json header = MustParse(R"({"__metadata__":null,"0.0":{"dtype":"F16","shape":[1,8],"data_offsets":[0,32]}})");
+  Json header = MustParse(
+      R"({"__metadata__":null,"0.0":{"dtype":"F16","shape":[1,8],"data_offsets":[0,32]}})");
   EXPECT_EQ(header.Dump(sorted),
             R"({"0.0":{"data_offsets":[0,32],"dtype":"F16","shape":[1,8]},"__metadata__":null})");
   Json::DumpOptions pretty;
@@ -158,7 +172,11 @@ TEST(JsonTest, DumpWritesNlohmannBytes) {
             "[18446744073709551615,-9223372036854775808,-0.0,true,null]");
   EXPECT_EQ(Json(std::numeric_limits<double>::quiet_NaN()).Dump(), "null");
   // Invalid UTF-8 (only in values built by hand) becomes U+FFFD.
-  EXPECT_EQ(Json(std::string("a\xFF" "b\xE2\x82")).Dump(), "\"a\xEF\xBF\xBD" "b\xEF\xBF\xBD\"");
+  EXPECT_EQ(Json(std::string("a\xFF"
+                             "b\xE2\x82"))
+                .Dump(),
+            "\"a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\"");
   std::string quoted;
   AppendJsonString(quoted, "k\"\n");
   EXPECT_EQ(quoted, "\"k\\\"\\n\"");

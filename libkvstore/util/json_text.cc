@@ -29,17 +29,17 @@
 // are exactly what mlx-lm's nlohmann writes. Members are appended to the
 // ordered map's vector directly: its emplace() searches linearly for the key,
 // which is quadratic on a header with 40,000 members.
+#include "libkvstore/util/json_text.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <memory>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "kvstore/json.h"
 #include "libkvstore/util/json_key_index.h"
-#include "libkvstore/util/json_text.h"
 
 namespace kvstore {
 namespace {
@@ -200,7 +200,9 @@ bool JsonBuilder::parse_error(size_t position, const std::string& last_token,
   // what() is "[json.exception.<kind>.<id>] parse error at line L, column C:
   // <description>; last read: '<input bytes>'...": keep the description.
   std::string_view what = error.what();
-  if (size_t colon = what.find(": "); colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  if (size_t colon = what.find(": "); colon != std::string_view::npos) {
+    what.remove_prefix(colon + 2);
+  }
   what = what.substr(0, what.find("; last read: "));
   size_t offset = std::min(position > 0 ? position - 1 : 0, text_.size());
   if (error.id == 406) {  // its text quotes the number; point at the number's first byte
@@ -214,7 +216,8 @@ bool JsonBuilder::parse_error(size_t position, const std::string& last_token,
 
 bool JsonBuilder::Fail(std::string_view what, size_t offset) {
   if (error_.ok()) {
-    error_ = Status::Corruption("JSON: " + std::string(what) + " at byte " + std::to_string(offset));
+    error_ =
+        Status::Corruption("JSON: " + std::string(what) + " at byte " + std::to_string(offset));
   }
   return false;
 }
@@ -222,7 +225,9 @@ bool JsonBuilder::Fail(std::string_view what, size_t offset) {
 Result<Json> JsonBuilder::Finish(bool parsed) {
   // The lexer stops at a NUL byte as at the end of the input.
   const size_t read = Consumed();
-  if (parsed && read > 0 && text_[read - 1] == '\0') Fail("unexpected NUL byte after the JSON value", read - 1);
+  if (parsed && read > 0 && text_[read - 1] == '\0') {
+    Fail("unexpected NUL byte after the JSON value", read - 1);
+  }
   if (!error_.ok()) return error_;
   if (!parsed) return Status::Corruption("JSON: parse failed");  // every failure names itself above
   return std::move(root_);
@@ -230,12 +235,18 @@ Result<Json> JsonBuilder::Finish(bool parsed) {
 
 NJson ToNlohmann(const Json& j, bool sort_keys) {
   switch (j.type()) {
-    case Json::Type::kNull: return nullptr;
-    case Json::Type::kBool: return j.as_bool();
-    case Json::Type::kInt: return j.as_int();
-    case Json::Type::kUint: return j.as_uint();
-    case Json::Type::kDouble: return j.as_double();
-    case Json::Type::kString: return j.as_string();
+    case Json::Type::kNull:
+      return nullptr;
+    case Json::Type::kBool:
+      return j.as_bool();
+    case Json::Type::kInt:
+      return j.as_int();
+    case Json::Type::kUint:
+      return j.as_uint();
+    case Json::Type::kDouble:
+      return j.as_double();
+    case Json::Type::kString:
+      return j.as_string();
     case Json::Type::kArray: {
       NJson out = NJson::array();
       auto& items = out.get_ref<NJson::array_t&>();
@@ -248,15 +259,16 @@ NJson ToNlohmann(const Json& j, bool sort_keys) {
       order.reserve(j.size());
       for (const Json::Member& m : j.as_object()) order.push_back(&m);
       if (sort_keys) {
-        std::stable_sort(order.begin(), order.end(), [](const Json::Member* a, const Json::Member* b) {
-          return a->first < b->first;
-        });
+        std::stable_sort(
+            order.begin(), order.end(),
+            [](const Json::Member* a, const Json::Member* b) { return a->first < b->first; });
       }
       NJson out = NJson::object();
       // The ordered map's underlying vector: append without the key search.
       auto& members = static_cast<NJson::object_t::Container&>(out.get_ref<NJson::object_t&>());
       members.reserve(order.size());
-      for (const Json::Member* m : order) members.emplace_back(m->first, ToNlohmann(m->second, sort_keys));
+      for (const Json::Member* m : order)
+        members.emplace_back(m->first, ToNlohmann(m->second, sort_keys));
       return out;
     }
   }
