@@ -36,6 +36,8 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kvstore/json.h"
@@ -164,7 +166,9 @@ bool JsonBuilder::Open(Json container) {
 
 bool JsonBuilder::key(std::string& key) {
   OpenContainer& object = open_.back();
-  object.value->as_object().emplace_back(std::move(key), Json());
+  // The value is built in place (null until the parser reaches it).
+  object.value->as_object().emplace_back(std::piecewise_construct,
+                                         std::forward_as_tuple(std::move(key)), std::tuple<>());
   if (options_.reject_duplicate_keys && !IsNewKey(object)) {
     const std::string& name = object.value->as_object().back().first;
     std::string what = "duplicate key ";
