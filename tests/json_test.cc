@@ -4,6 +4,7 @@
 #include <string>
 
 #include "libkvstore/util/json_text.h"
+#include "libkvstore/util/siphash.h"
 #include "testutil.h"
 
 namespace kvstore {
@@ -149,6 +150,21 @@ TEST(JsonTest, DuplicateKeysAreFoundAtTheirOpeningQuote) {
   EXPECT_THAT(Json::Parse(R"({"a":{"k":1,"k":2}})"),
               HasCode(StatusCode::kCorruption, "at byte 12"));
   EXPECT_OK(Json::Parse(R"({"a":{"k":1},"b":{"k":2}})"));  // one set per object
+}
+
+// The reference vectors of the SipHash paper (key 00..0f, message 00..0e),
+// and the per-process key of the duplicate-key index.
+TEST(JsonTest, SipHashMatchesTheReferenceAndIsKeyed) {
+  const SipKey key{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
+  std::string message;
+  for (char c = 0; c < 15; ++c) message += c;
+  EXPECT_EQ((SipHash<2, 4>(key, "")), 0x726fdb47dd0e0e31ULL);
+  EXPECT_EQ((SipHash<2, 4>(key, message)), 0xa129ca6149be45e5ULL);
+  EXPECT_NE(SipHash13(key, message), SipHash13(SipKey{}, message));
+  EXPECT_NE(SipHash13(key, message), SipHash13(key, message.substr(0, 14)));
+  const SipKey process = ProcessSipKey();
+  EXPECT_TRUE(process.k0 != 0 || process.k1 != 0);
+  EXPECT_EQ(ProcessSipKey().k0, process.k0);  // one key per process
 }
 
 // The bytes nlohmann::json::dump() writes (what mlx-lm writes), spelled out.

@@ -4,7 +4,8 @@
 // with a handler that builds our Json, so that:
 // - objects keep their members in file order; a duplicate key is found
 //   through a set per open object (a comparison with the previous key while
-//   the keys come sorted, a linear scan while the object is small);
+//   the keys come sorted, a linear scan while the object is small, else a
+//   table keyed with a per-process secret, json_key_index.h);
 // - integers stay exact (number_integer / number_unsigned), others are doubles;
 // - nothing throws: nlohmann reports errors through parse_error(), and the
 //   handler stops the parser by returning false on the errors it finds itself.
@@ -82,97 +83,118 @@ class TrackedIterator {
 
 // Unsorted objects up to this many members are checked for duplicates by a scan.
 constexpr size_t kScanLimit = 8;
+constexpr size_t kFirstCapacity = 4;
 
 // Builds a Json from nlohmann's SAX events (the interface nlohmann calls).
+// Every value is constructed where it ends up: an object member when its
+// value arrives (the key waits in key_), an array element at the back.
 class JsonBuilder {
  public:
   JsonBuilder(std::string_view text, const char* const* cursor, const Json::ParseOptions& options)
       : text_(text), cursor_(cursor), options_(options) {}
 
-  bool null() { return Put(Json()); }
-  bool boolean(bool value) { return Put(Json(value)); }
-  bool number_integer(int64_t value) { return Put(Json(value)); }
-  bool number_unsigned(uint64_t value) { return Put(Json(value)); }
-  bool number_float(double value, const std::string& /*text*/) { return Put(Json(value)); }
-  bool string(std::string& value) { return Put(Json(std::move(value))); }
+  bool null() { return Put(); }
+  bool boolean(bool value) { return Put(value); }
+  bool number_integer(int64_t value) { return Put(value); }
+  bool number_unsigned(uint64_t value) { return Put(value); }
+  bool number_float(double value, const std::string& /*text*/) { return Put(value); }
+  bool string(std::string& value) { return Put(std::move(value)); }
   bool binary(NJson::binary_t& /*value*/) { return Fail("binary value", Consumed()); }
-  bool start_object(size_t /*elements*/) { return Open(Json::MakeObject()); }
-  bool start_array(size_t /*elements*/) { return Open(Json::MakeArray()); }
+  bool start_object(size_t /*elements*/) { return Open(false); }
+  bool start_array(size_t /*elements*/) { return Open(true); }
   bool end_object() { return Close(); }
   bool end_array() { return Close(); }
   bool key(std::string& key);
-  bool parse_error(size_t position, const std::string& /*last_token*/,
+  bool parse_error(size_t position, const std::string& last_token,
                    const nlohmann::json::exception& error);
 
   Result<Json> Finish(bool parsed);
 
  private:
   struct OpenContainer {
-    Json* value;
+    Json::Array* array = nullptr;  // exactly one of the two is set
+    Json::Object* object = nullptr;
     bool sorted = true;              // an object's keys so far are in increasing order
     std::unique_ptr<KeyIndex> keys;  // built once an unsorted object outgrows kScanLimit
   };
 
   size_t Consumed() const { return static_cast<size_t>(*cursor_ - text_.data()); }
   bool Fail(std::string_view what, size_t offset);
-  // Stores `value` where the innermost open container expects it; returns it.
-  Json* Place(Json value);
-  bool Put(Json value) {
-    Place(std::move(value));
+  // Constructs Json(args...) where the innermost open container expects it.
+  template <typename... Args>
+  Json& Emplace(Args&&... args);
+  template <typename... Args>
+  bool Put(Args&&... args) {
+    Emplace(std::forward<Args>(args)...);
     mark_ = Consumed();
     return true;
   }
-  bool Open(Json container);
+  bool Open(bool array);
   bool Close() {
     open_.pop_back();
     mark_ = Consumed();
     return true;
   }
-  bool IsNewKey(OpenContainer& object);
+  bool IsDuplicate(OpenContainer& object);
 
   std::string_view text_;
   const char* const* cursor_;
   const Json::ParseOptions& options_;
   Json root_;
   std::vector<OpenContainer> open_;
-  size_t mark_ = 0;  // bytes read when the previous token ended
+  std::string key_;        // the key of the member whose value comes next
+  uint32_t key_hash_ = 0;  // its hash, when its object has a KeyIndex
+  size_t mark_ = 0;        // bytes read when the previous token ended
   Status error_;
 };
 
-Json* JsonBuilder::Place(Json value) {
+template <typename... Args>
+Json& JsonBuilder::Emplace(Args&&... args) {
   if (open_.empty()) {
-    root_ = std::move(value);
-    return &root_;
+    root_ = Json(std::forward<Args>(args)...);
+    return root_;
   }
-  Json& parent = *open_.back().value;
-  if (parent.is_array()) {
-    parent.as_array().push_back(std::move(value));
-    return &parent.as_array().back();
+  // A container's vector does not grow while one of its elements is open,
+  // so the pointers in open_ stay valid.
+  // A container's first element reserves kFirstCapacity: one allocation for a
+  // tensor entry (3 members), its shape (up to 4 dims) or data_offsets (2)
+  // instead of up to three. At worst (one element each) that is 2.5 times
+  // the memory plain growth takes, still bounded by the input's size.
+  OpenContainer& top = open_.back();
+  if (top.array != nullptr) {
+    if (top.array->empty()) top.array->reserve(kFirstCapacity);
+    return top.array->emplace_back(std::forward<Args>(args)...);
   }
-  // The parent's member vector does not grow until this value is complete,
-  // so the pointer stays valid while it is open.
-  Json& slot = parent.as_object().back().second;
-  slot = std::move(value);
-  return &slot;
+  if (top.object->empty()) top.object->reserve(kFirstCapacity);
+  if (top.keys) top.keys->Add(static_cast<uint32_t>(top.object->size()), key_hash_);
+  return top.object
+      ->emplace_back(std::piecewise_construct, std::forward_as_tuple(std::move(key_)),
+                     std::forward_as_tuple(std::forward<Args>(args)...))
+      .second;
 }
 
-bool JsonBuilder::Open(Json container) {
+bool JsonBuilder::Open(bool array) {
   const size_t bracket = Consumed() - 1;
   if (open_.size() >= options_.max_depth) return Fail("nesting deeper than the limit", bracket);
-  open_.push_back({Place(std::move(container)), true, nullptr});
+  OpenContainer open;
+  if (array) {
+    open.array = &Emplace(Json::Array()).as_array();
+  } else {
+    open.object = &Emplace(Json::Object()).as_object();
+  }
+  open_.push_back(std::move(open));
   mark_ = Consumed();
   return true;
 }
 
 bool JsonBuilder::key(std::string& key) {
-  OpenContainer& object = open_.back();
-  // The value is built in place (null until the parser reaches it).
-  object.value->as_object().emplace_back(std::piecewise_construct,
-                                         std::forward_as_tuple(std::move(key)), std::tuple<>());
-  if (options_.reject_duplicate_keys && !IsNewKey(object)) {
-    const std::string& name = object.value->as_object().back().first;
+  key_ = std::move(key);
+  if (open_.back().object->size() >= KeyIndex::kMaxMembers) {
+    return Fail("object with too many members", Consumed());
+  }
+  if (options_.reject_duplicate_keys && IsDuplicate(open_.back())) {
     std::string what = "duplicate key ";
-    AppendJsonString(what, name.size() <= 64 ? name : name.substr(0, 64) + "...");
+    AppendJsonString(what, key_.size() <= 64 ? key_ : key_.substr(0, 64) + "...");
     // Only whitespace and ',' lie between the previous token and the key.
     return Fail(what, std::min(text_.find('"', mark_), Consumed()));
   }
@@ -180,23 +202,26 @@ bool JsonBuilder::key(std::string& key) {
   return true;
 }
 
-bool JsonBuilder::IsNewKey(OpenContainer& object) {
-  const Json::Object& members = object.value->as_object();
-  const size_t last = members.size() - 1;
-  if (object.keys) return object.keys->Insert(last);
-  // Keys in increasing order cannot repeat. nlohmann's std::map, and so MLX
-  // and our writer, write safetensors headers that way.
-  if (object.sorted && (last == 0 || members[last - 1].first < members[last].first)) return true;
-  object.sorted = false;
-  if (members.size() <= kScanLimit) {
-    for (size_t i = 0; i < last; ++i) {
-      if (members[i].first == members[last].first) return false;
+bool JsonBuilder::IsDuplicate(OpenContainer& object) {
+  const Json::Object& members = *object.object;
+  if (!object.keys) {
+    // Keys in increasing order cannot repeat. nlohmann's std::map, and so
+    // MLX and our writer, write safetensors headers that way.
+    if (object.sorted && (members.empty() || members.back().first < key_)) return false;
+    object.sorted = false;
+    if (members.size() < kScanLimit) {
+      for (const Json::Member& m : members) {
+        if (m.first == key_) return true;
+      }
+      return false;
     }
-    return true;
+    object.keys = std::make_unique<KeyIndex>(&members);
+    for (size_t i = 0; i < members.size(); ++i) {
+      object.keys->Add(static_cast<uint32_t>(i), object.keys->Hash(members[i].first));
+    }
   }
-  object.keys = std::make_unique<KeyIndex>(&members);
-  for (size_t i = 0; i < last; ++i) object.keys->Insert(i);  // known to be distinct
-  return object.keys->Insert(last);
+  key_hash_ = object.keys->Hash(key_);
+  return object.keys->Contains(key_, key_hash_);
 }
 
 bool JsonBuilder::parse_error(size_t position, const std::string& last_token,
