@@ -10,7 +10,9 @@
 // - nothing throws: nlohmann reports errors through parse_error(), and the
 //   handler stops the parser by returning false on the errors it finds itself.
 // Decisions where nlohmann alone would differ from the rules in json.h:
-// - a UTF-8 byte order mark, which nlohmann skips, is refused up front;
+// - a UTF-8 byte order mark, which nlohmann skips, and a partial one, which
+//   it names as a bad BOM, are refused up front like any other first byte
+//   that cannot start a value;
 // - nesting depth is checked in the handler (the SAX parser is iterative and
 //   has no limit of its own), at the offset of the bracket that is too deep;
 // - an error's offset is the 0-based offset of the byte at which it was
