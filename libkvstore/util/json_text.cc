@@ -36,7 +36,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <tuple>
@@ -45,43 +44,12 @@
 
 #include "kvstore/json.h"
 #include "libkvstore/util/json_key_index.h"
+#include "libkvstore/util/tracked_iterator.h"
 
 namespace kvstore {
 namespace {
 
 using NJson = nlohmann::ordered_json;
-
-// Reads the input for nlohmann's lexer and keeps *cursor at the next unread
-// byte, so the handler knows how far the lexer has got.
-class TrackedIterator {
- public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = const char&;
-
-  explicit TrackedIterator(const char** cursor) : cursor_(cursor) {}
-  explicit TrackedIterator(const char* end) : end_(end) {}
-
-  reference operator*() const { return **cursor_; }
-  TrackedIterator& operator++() {
-    ++*cursor_;
-    return *this;
-  }
-  TrackedIterator operator++(int) {
-    TrackedIterator before = *this;
-    ++*cursor_;
-    return before;
-  }
-  bool operator==(const TrackedIterator& other) const { return get() == other.get(); }
-
- private:
-  const char* get() const { return cursor_ != nullptr ? *cursor_ : end_; }
-
-  const char** cursor_ = nullptr;
-  const char* end_ = nullptr;
-};
 
 // Unsorted objects up to this many members are checked for duplicates by a scan.
 constexpr size_t kScanLimit = 8;
