@@ -1,45 +1,24 @@
 // SHA-256 (FIPS 180-4), computed with OpenSSL's EVP interface (SHA-NI where
 // the CPU has it). Internal: the file format's digests and the prompt-cache
-// store's keys; the public API exposes digests only as hex strings in files
-// (docs/format.md) and through VerifyPromptCacheFile.
+// store's keys. The digest type is public (kvstore/sha256.h); computing
+// digests is not part of the API (files carry them as hex, docs/format.md,
+// and VerifyPromptCacheFile checks them).
 //
-// Thread safety: Sha256Digest is a value. A Sha256Hasher is used by one
-// thread at a time; distinct hashers run concurrently.
+// Thread safety: a Sha256Hasher is used by one thread at a time; distinct
+// hashers run concurrently.
 #ifndef KVSTORE_LIBKVSTORE_INTEGRITY_SHA256_H_
 #define KVSTORE_LIBKVSTORE_INTEGRITY_SHA256_H_
 
-#include <array>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
-#include <string>
 #include <string_view>
+
+#include "kvstore/sha256.h"
 
 namespace kvstore {
 
 class Array;
-
-// A SHA-256 digest; a distinct type so it is never mixed up with other bytes.
-class Sha256Digest {
- public:
-  static constexpr size_t kSize = 32;
-  Sha256Digest() { bytes_.fill(0); }
-  explicit Sha256Digest(const std::array<uint8_t, kSize>& bytes) : bytes_(bytes) {}
-
-  // 64 lowercase hex digits.
-  std::string ToHex() const;
-  // Accepts exactly 64 hex digits (either case); nullopt otherwise.
-  static std::optional<Sha256Digest> FromHex(std::string_view hex);
-
-  const std::array<uint8_t, kSize>& bytes() const { return bytes_; }
-  bool operator==(const Sha256Digest& o) const { return bytes_ == o.bytes_; }
-  bool operator!=(const Sha256Digest& o) const { return bytes_ != o.bytes_; }
-
- private:
-  std::array<uint8_t, kSize> bytes_;
-};
 
 // Incremental hashing.
 class Sha256Hasher {
