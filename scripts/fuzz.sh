@@ -5,16 +5,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 total=${1:-60}
-KVSTORE_WITH_FUZZ=1 "$root/scripts/setup-deps.sh"
+KVSTORE_WITH_CLANG=1 "$root/scripts/setup-deps.sh"
 build=$root/build-fuzz
-generator=()
-if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
-  CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_BUILD_FUZZ=ON \
-    -DKVSTORE_BUILD_TESTS=ON -DKVSTORE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-fi
 # Only the fuzzers (and the instrumented library): the test suite is built elsewhere.
-cmake --build "$build" --target kvstore_fuzzers --parallel "$(nproc)"
+CC=clang CXX=clang++ KVSTORE_TARGETS=kvstore_fuzzers "$root/scripts/build.sh" "$build" \
+  -DKVSTORE_BUILD_FUZZ=ON -DKVSTORE_BUILD_TESTS=ON -DKVSTORE_BUILD_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
 mapfile -t targets < <(find "$build/tests/fuzz" -maxdepth 1 -type f -name 'fuzz_*' -perm -u+x | sort)
 if ((${#targets[@]} == 0)); then
   echo "fuzz: no targets built" >&2

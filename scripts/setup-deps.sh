@@ -14,8 +14,8 @@ packages=(
   libopenblas0-pthread libgfortran5
   redis-server redis-tools libhiredis-dev pkg-config   # shared tier and its tests
 )
-if [[ "${KVSTORE_WITH_FUZZ:-0}" == 1 ]]; then
-  packages+=(clang libclang-rt-14-dev)   # libFuzzer + sanitizer runtimes
+if [[ "${KVSTORE_WITH_CLANG:-0}" == 1 ]]; then
+  packages+=(clang libclang-rt-14-dev)   # sanitizer build, libFuzzer + sanitizer runtimes
 fi
 
 missing=()

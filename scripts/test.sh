@@ -1,43 +1,56 @@
 #!/usr/bin/env bash
 # Quick start, command 2: install what is missing, build, and run the whole
 # test suite through ctest.
-#   scripts/test.sh              normal build in build/
-#   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/
-#   scripts/test.sh --tsan       ThreadSanitizer build of the concurrent parts
+#   scripts/test.sh              Release build in build/ (the default compiler),
+#                                with the Python package and its pytest suites
+#   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/, with clang
+#                                (so CI compiles the whole tree with both compilers)
+#   scripts/test.sh --tsan       ThreadSanitizer build of the concurrent parts in build-tsan/
 #                                (ServerPromptCache, PromptCacheStore, SharedPromptCache,
 #                                prompt_cache_sim, the prompt-cache reader, writer and
 #                                conversions, the KvBackends shared by many threads)
+# KVSTORE_WERROR=ON makes warnings errors (scripts/build.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup-deps.sh"
-build=$root/build
-# The Python package and its pytest suites are part of the normal build
-# (ON: a missing pybind11 or python3-dev fails the configure loudly).
-args=(-DKVSTORE_PYTHON=ON)
-if [[ "${1:-}" == "--sanitize" ]]; then
-  build=$root/build-asan
-  # -O1 with line tables only: sanitizer reports keep file:line, and the
-  # build is much faster than -O2 -g (CI runs on 2 cores).
-  args=(-DKVSTORE_SANITIZE=address,undefined -DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug
-        "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
-  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
-  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-fi
-if [[ "${1:-}" == "--tsan" ]]; then
-  build=$root/build-tsan
-  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
-  generator=()
-  if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-  cmake -S "$root" -B "$build" "${generator[@]}" -DKVSTORE_SANITIZE=thread -DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF \
-    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" >/dev/null
-  cmake --build "$build" --parallel "$(nproc)" --target prompt_cache_sim server_prompt_cache_test \
-    prompt_cache_store_test prompt_cache_convert_test kv_backend_conformance_test shared_prompt_cache_test \
-    shared_tier_redis_test
-  cd "$build"
-  # kv_backend_conformance_test brings in the Redis servers (a ctest fixture).
-  exec ctest --output-on-failure \
-    -R '^(prompt_cache_sim_short|server_prompt_cache_test|prompt_cache_store_test|prompt_cache_convert_test|kv_backend_conformance_test|shared_prompt_cache_test|shared_tier_redis_test)$'
-fi
-"$root/scripts/build.sh" "$build" "${args[@]}"
-cd "$build"
-ctest --output-on-failure --parallel "$(nproc)"
+mode=${1:-}
+# -O1 with line tables only: sanitizer reports keep file:line, and the
+# build is much faster than -O2 -g (CI runs on 2 cores). The Python package
+# is not built under sanitizers (the interpreter is not instrumented).
+sanitizer_args=(-DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug
+                "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
+tsan_tests=(prompt_cache_sim_short server_prompt_cache_test prompt_cache_store_test
+            prompt_cache_convert_test kv_backend_conformance_test shared_prompt_cache_test
+            shared_tier_redis_test)
+case "$mode" in
+  "")
+    "$root/scripts/setup-deps.sh"
+    # ON: a missing pybind11 or python3-dev fails the configure loudly.
+    "$root/scripts/build.sh" "$root/build" -DKVSTORE_PYTHON=ON
+    cd "$root/build"
+    exec ctest --output-on-failure --parallel "$(nproc)"
+    ;;
+  --sanitize)
+    KVSTORE_WITH_CLANG=1 "$root/scripts/setup-deps.sh"
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    CC=clang CXX=clang++ "$root/scripts/build.sh" "$root/build-asan" \
+      -DKVSTORE_SANITIZE=address,undefined "${sanitizer_args[@]}"
+    cd "$root/build-asan"
+    exec ctest --output-on-failure --parallel "$(nproc)"
+    ;;
+  --tsan)
+    "$root/scripts/setup-deps.sh"
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    targets="${tsan_tests[*]/prompt_cache_sim_short/prompt_cache_sim}"
+    KVSTORE_TARGETS="$targets" "$root/scripts/build.sh" "$root/build-tsan" \
+      -DKVSTORE_SANITIZE=thread "${sanitizer_args[@]}"
+    cd "$root/build-tsan"
+    # kv_backend_conformance_test brings in the Redis servers (a ctest fixture).
+    pattern=$(IFS='|'; echo "${tsan_tests[*]}")
+    exec ctest --output-on-failure -R "^($pattern)\$"
+    ;;
+  *)
+    echo "usage: scripts/test.sh [--sanitize | --tsan]" >&2
+    exit 1
+    ;;
+esac

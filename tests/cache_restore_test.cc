@@ -8,8 +8,8 @@
 #include "kvstore/kv_cache.h"
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
-#include "kvstore/sha256.h"
 #include "cache_testutil.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace kvstore::testing {
 namespace {
@@ -101,13 +101,13 @@ TEST(CacheRestoreTest, CacheFromStateNamesUnknownClassesAndChildren) {
   EXPECT_THAT(CacheFromState("Nope", CacheState(), MetaState()), HasCode(StatusCode::kNotFound, "Nope"));
   const CacheState kv_state({KV(1, 1, 2, 4, 1), KV(1, 1, 2, 4, 2)});
   EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
-                             MetaState({MetaState::Strings({"KVCache", "KVCache"}), MetaState::Strings({""})})),
+                             MetaState({MetaState::Strings({"KVCache", "KVCache"}), MetaState(MetaState::List{""})})),
               HasCode(StatusCode::kInvalidArgument, "2 classes"));
   EXPECT_THAT(CacheFromState("CacheList", CacheState({kv_state}),
                              MetaState({MetaState::Strings({"RotatingKVCache"}), MetaState({MetaState::Strings({"a"})})})),
               HasCode(StatusCode::kInvalidArgument, "child 0"));
   ASSERT_OK_AND_ASSIGN(auto list, CacheFromState("CacheList", CacheState({kv_state}),
-                                                 MetaState({MetaState::Strings({"KVCache"}), MetaState::Strings({""})})));
+                                                 MetaState({MetaState::Strings({"KVCache"}), MetaState(MetaState::List{""})})));
   EXPECT_EQ(list->class_name(), "CacheList");
   EXPECT_EQ(KnownCacheClasses().size(), 10u);
 }

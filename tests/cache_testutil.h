@@ -10,7 +10,7 @@
 
 #include "kvstore/cache.h"
 #include "kvstore/quantized_kv_cache.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "testutil.h"
 
 namespace kvstore::testing {

@@ -1,7 +1,10 @@
 #include "kvstore/json.h"
 
-#include <nlohmann/json.hpp>
+#include <limits>
+#include <string>
 
+#include "libkvstore/util/json_text.h"
+#include "libkvstore/util/siphash.h"
 #include "testutil.h"
 
 namespace kvstore {
@@ -48,11 +51,11 @@ TEST(JsonTest, StringsDecodeEscapesAndSurrogates) {
 
 TEST(JsonTest, RejectsMalformedInputWithOffsets) {
   const char* bad[] = {
-      "",          "{",          "[1,]",        "{\"a\":1,}", "01",         "1.",
-      "-",         ".5",         "1e",          "tru",        "nul",        "\"abc",
-      "\"\\x\"",   "\"\\u12\"",  "\"\\ud800\"", "\"\\udc00\"", "{\"a\" 1}",  "{1:2}",
-      "[1 2]",     "1 2",        "NaN",         "Infinity",   "// c\n1",    "1e999",
-      "\"\t\"",    "'a'",
+      "",        "{",         "[1,]",        "{\"a\":1,}",  "01",        "1.",
+      "-",       ".5",        "1e",          "tru",         "nul",       "\"abc",
+      "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00\"", "{\"a\" 1}", "{1:2}",
+      "[1 2]",   "1 2",       "NaN",         "Infinity",    "// c\n1",   "1e999",
+      "\"\t\"",  "'a'",
   };
   for (const char* text : bad) {
     EXPECT_THAT(Json::Parse(text), HasCode(StatusCode::kCorruption, "JSON")) << text;
@@ -62,7 +65,7 @@ TEST(JsonTest, RejectsMalformedInputWithOffsets) {
 
 TEST(JsonTest, RejectsInvalidUtf8) {
   const std::string bad[] = {"\"\xC0\xAF\"", "\"\xED\xA0\x80\"", "\"\xF4\x90\x80\x80\"",
-                             "\"\xE2\x82\"", "\"\x80\"", "\"\xFF\""};
+                             "\"\xE2\x82\"", "\"\x80\"",         "\"\xFF\""};
   for (const std::string& text : bad) {
     EXPECT_THAT(Json::Parse(text), HasCode(StatusCode::kCorruption, "UTF-8")) << text;
     EXPECT_FALSE(IsValidUtf8(text.substr(1, text.size() - 2)));
@@ -83,23 +86,121 @@ TEST(JsonTest, DuplicateKeysAndDepth) {
   EXPECT_OK(Json::Parse(ok));
 }
 
-TEST(JsonTest, DumpMatchesNlohmann) {
-  const char* docs[] = {
-      R"({"z":1,"a":[1,2.5,-0.001,1e300,1.5e-7,123456789012.0,0.1,1e16,-3],"s":"q\"\\\n\u0001\u001f\u007fé"})",
-      R"({"__metadata__":null,"0.0":{"dtype":"F16","shape":[1,8,4,64],"data_offsets":[0,4096]}})",
-      R"([[],{},"",true,false,null,18446744073709551615,-9223372036854775808])",
-  };
-  for (const char* doc : docs) {
-    Json ours = MustParse(doc);
-    nlohmann::ordered_json theirs = nlohmann::ordered_json::parse(doc);
-    EXPECT_EQ(ours.Dump(), theirs.dump()) << doc;
-    Json::DumpOptions pretty;
-    pretty.indent = 2;
-    EXPECT_EQ(ours.Dump(pretty), theirs.dump(2)) << doc;
-    Json::DumpOptions sorted;
-    sorted.sort_keys = true;
-    EXPECT_EQ(ours.Dump(sorted), nlohmann::json::parse(doc).dump()) << doc;
+TEST(JsonTest, RefusesWhatNlohmannAloneWouldAccept) {
+  // A byte order mark (nlohmann skips it) and a partial one.
+  EXPECT_THAT(Json::Parse("\xEF\xBB\xBF{}"),
+              HasCode(StatusCode::kCorruption, "byte order mark at byte 0"));
+  EXPECT_THAT(Json::Parse("\xEF\xBB{}"), HasCode(StatusCode::kCorruption, "at byte 0"));
+  // A NUL byte, which nlohmann's lexer takes for the end of the input.
+  using namespace std::string_literals;
+  EXPECT_THAT(Json::Parse("{}\0"s),
+              HasCode(StatusCode::kCorruption, "NUL byte after the JSON value at byte 2"));
+  EXPECT_THAT(Json::Parse("1 \0 2"s),
+              HasCode(StatusCode::kCorruption, "NUL byte after the JSON value at byte 2"));
+  EXPECT_THAT(Json::Parse("[1,\0]"s), HasCode(StatusCode::kCorruption, "NUL byte at byte 3"));
+  EXPECT_THAT(Json::Parse("\"a\0\""s), HasCode(StatusCode::kCorruption, "NUL byte at byte 2"));
+  EXPECT_EQ(MustParse(R"("a\u0000b")").as_string(), "a\0b"s);
+}
+
+TEST(JsonTest, ErrorOffsetsNameTheByteWhereTheErrorWasDetected) {
+  EXPECT_THAT(Json::Parse("{\"a\" 1}"), HasCode(StatusCode::kCorruption, "expected ':' at byte 5"));
+  EXPECT_THAT(Json::Parse("[1, 2, 1e400]"),
+              HasCode(StatusCode::kCorruption, "number out of range at byte 7"));
+  EXPECT_THAT(Json::Parse("[\"\\u12x4\"]"), HasCode(StatusCode::kCorruption, "at byte 6"));
+  EXPECT_THAT(Json::Parse("[\"ab\xC0\"]"),
+              HasCode(StatusCode::kCorruption, "UTF-8 byte at byte 4"));
+  EXPECT_THAT(Json::Parse("[1,2"),
+              HasCode(StatusCode::kCorruption, "end of input; expected ']' at byte 4"));
+  // Messages describe; they never echo the input's bytes.
+  const std::string long_bad = "[\"" + std::string(100000, 'x') + "\xFF\"]";
+  Result<Json> r = Json::Parse(long_bad);
+  ASSERT_THAT(r, HasCode(StatusCode::kCorruption, "at byte 100002"));
+  EXPECT_LT(r.status().message().size(), 200u);
+}
+
+TEST(JsonTest, NumbersBelowTheSmallestDoubleAreZero) {
+  EXPECT_EQ(MustParse("1e-400").as_double(), 0.0);
+  EXPECT_EQ(MustParse("-1e-400").type(), Json::Type::kDouble);
+  EXPECT_EQ(MustParse("4.9e-324").as_double(), 4.9e-324);  // the smallest subnormal
+  EXPECT_THAT(Json::Parse("-1e400"), HasCode(StatusCode::kCorruption, "out of range"));
+}
+
+TEST(JsonTest, DuplicateKeysAreFoundAtTheirOpeningQuote) {
+  // Small object (scan), sorted keys (comparison with the previous one), and
+  // a large unsorted object (hash index).
+  EXPECT_THAT(Json::Parse(R"({"b":1, "a":2, "b":3})"),
+              HasCode(StatusCode::kCorruption, R"(duplicate key "b" at byte 15)"));
+  EXPECT_THAT(Json::Parse(R"({"a":1,"b":2,"c":3,"b":4})"),
+              HasCode(StatusCode::kCorruption, "at byte 19"));
+  std::string sorted = "{";
+  std::string unsorted = "{";
+  for (int i = 0; i < 1000; ++i) {
+    sorted.append("\"").append(std::to_string(10000 + i)).append("\":[],");
+    unsorted.append("\"").append(std::to_string(10999 - i)).append("\":{},");
   }
+  EXPECT_OK(Json::Parse(sorted + "\"z\":0}"));
+  EXPECT_OK(Json::Parse(unsorted + "\"z\":0}"));
+  const std::string dup = "\"10500\":1}";
+  EXPECT_THAT(
+      Json::Parse(sorted + dup),
+      HasCode(StatusCode::kCorruption, "\"10500\" at byte " + std::to_string(sorted.size())));
+  EXPECT_THAT(
+      Json::Parse(unsorted + dup),
+      HasCode(StatusCode::kCorruption, "\"10500\" at byte " + std::to_string(unsorted.size())));
+  EXPECT_THAT(Json::Parse(R"({"a":{"k":1,"k":2}})"),
+              HasCode(StatusCode::kCorruption, "at byte 12"));
+  EXPECT_OK(Json::Parse(R"({"a":{"k":1},"b":{"k":2}})"));  // one set per object
+}
+
+// The reference vectors of the SipHash paper (key 00..0f, message 00..0e),
+// and the per-process key of the duplicate-key index.
+TEST(JsonTest, SipHashMatchesTheReferenceAndIsKeyed) {
+  const SipKey key{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
+  std::string message;
+  for (char c = 0; c < 15; ++c) message += c;
+  EXPECT_EQ((SipHash<2, 4>(key, "")), 0x726fdb47dd0e0e31ULL);
+  EXPECT_EQ((SipHash<2, 4>(key, message)), 0xa129ca6149be45e5ULL);
+  EXPECT_NE(SipHash13(key, message), SipHash13(SipKey{}, message));
+  EXPECT_NE(SipHash13(key, message), SipHash13(key, message.substr(0, 14)));
+  const SipKey process = ProcessSipKey();
+  EXPECT_TRUE(process.k0 != 0 || process.k1 != 0);
+  EXPECT_EQ(ProcessSipKey().k0, process.k0);  // one key per process
+}
+
+// The bytes nlohmann::json::dump() writes (what mlx-lm writes), spelled out.
+TEST(JsonTest, DumpWritesNlohmannBytes) {
+  Json j = MustParse(
+      R"({"z":1,"a":[1,2.5,-0.001,1e300,1.5e-7,123456789012.0,0.1,1e16,-3],"s":"q\"\\\n\u0001\u001f\u007fé"})");
+  EXPECT_EQ(j.Dump(),
+            "{\"z\":1,\"a\":[1,2.5,-0.001,1e+300,1.5e-07,123456789012.0,0.1,1e+16,-3],"
+            "\"s\":\"q\\\"\\\\\\n\\u0001\\u001f\x7f\xC3\xA9\"}");
+  Json::DumpOptions sorted;
+  sorted.sort_keys = true;
+  Json header = MustParse(
+      R"({"__metadata__":null,"0.0":{"dtype":"F16","shape":[1,8],"data_offsets":[0,32]}})");
+  EXPECT_EQ(header.Dump(sorted),
+            R"({"0.0":{"data_offsets":[0,32],"dtype":"F16","shape":[1,8]},"__metadata__":null})");
+  Json::DumpOptions pretty;
+  pretty.indent = 2;
+  EXPECT_EQ(MustParse(R"({"a":[1,{}],"b":[]})").Dump(pretty),
+            "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}");
+  EXPECT_EQ(MustParse("[18446744073709551615,-9223372036854775808,-0.0,true,null]").Dump(),
+            "[18446744073709551615,-9223372036854775808,-0.0,true,null]");
+  EXPECT_EQ(Json(std::numeric_limits<double>::quiet_NaN()).Dump(), "null");
+  // Invalid UTF-8 (only in values built by hand) becomes U+FFFD.
+  EXPECT_EQ(Json(std::string("a\xFF"
+                             "b\xE2\x82"))
+                .Dump(),
+            "\"a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\"");
+  std::string quoted;
+  AppendJsonString(quoted, "k\"\n");
+  EXPECT_EQ(quoted, "\"k\\\"\\n\"");
+  // Members with the same key are all written.
+  Json twice = Json::MakeObject();
+  twice.as_object().emplace_back("k", 1);
+  twice.as_object().emplace_back("k", 2);
+  EXPECT_EQ(twice.Dump(sorted), R"({"k":1,"k":2})");
 }
 
 TEST(JsonTest, BuildAndRoundTrip) {

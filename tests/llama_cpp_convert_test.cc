@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "kvstore/llama_cpp.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "llama_cpp_testutil.h"
 #include "testutil.h"
 

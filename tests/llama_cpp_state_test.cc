@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "kvstore/llama_state.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "llama_cpp_testutil.h"
 #include "testutil.h"
 

@@ -7,7 +7,7 @@
 #include "kvstore/json.h"
 #include "kvstore/kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "prompt_cache_testutil.h"
 
 namespace kvstore {

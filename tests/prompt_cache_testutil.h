@@ -9,7 +9,7 @@
 #include "kvstore/kv_cache.h"
 #include "kvstore/prompt_cache_file.h"
 #include "kvstore/rotating_kv_cache.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "testutil.h"
 
 namespace kvstore::testing {

@@ -3,7 +3,7 @@
 
 #include "kvstore/json.h"
 #include "kvstore/safetensors.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "testutil.h"
 
 namespace kvstore {

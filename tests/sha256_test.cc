@@ -1,4 +1,4 @@
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 #include <string>
 

@@ -201,12 +201,13 @@ class FaultInjectionEnv : public Env {
   bool ProcessAlive(int64_t pid) override;
   int64_t ProcessId() override;
 
-  // Internal: consulted by the wrapped files. Returns the injected error for
-  // this call of `op`, or OK.
+ private:
+  class WrappedFile;  // the writable files it returns, which consult MaybeFail
+  struct State;
+
+  // Counts this call of `op`; returns the injected error for it, or OK.
   Status MaybeFail(Op op);
 
- private:
-  struct State;
   Env* base_;
   std::unique_ptr<State> state_;
 };

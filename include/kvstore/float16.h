@@ -1,4 +1,6 @@
-// IEEE binary16 (F16) and bfloat16 (BF16) conversions.
+// IEEE binary16 (F16) and bfloat16 (BF16) conversions. Part of the public
+// API: an Array of dtype F16 or BF16 holds these bit patterns, and callers
+// fill and read such arrays with these functions.
 //
 // Float -> 16-bit conversions round to nearest, ties to even; overflow gives
 // +-Inf; NaN stays NaN (quiet, sign kept); subnormals are produced and read

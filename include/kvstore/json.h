@@ -1,15 +1,19 @@
-// Json: a small JSON value used for safetensors headers, trace files and
-// kvtool's --json output.
+// Json: a JSON value, used for safetensors headers, trace files and kvtool's
+// --json output. Part of the public API: a server or tool that reads the
+// metadata of a prompt-cache file or prints kvtool-style JSON uses it.
 //
 // Objects keep their members in insertion (file) order. Parsing is strict
-// RFC 8259 (UTF-8 validated, no comments, no NaN/Infinity, no trailing
-// commas) and, by default, rejects duplicate object keys. Integers keep their
-// exact value when they fit int64 or uint64; other numbers are doubles.
-// Parsing never throws: errors come back as a Status naming the byte offset.
+// RFC 8259 (UTF-8 validated, no byte order mark, no comments, no NaN or
+// Infinity, no trailing commas or data) and, by default, rejects duplicate
+// object keys. Integers keep their exact value when they fit int64 or uint64;
+// other numbers are doubles. Parsing never throws: errors come back as a
+// Corruption Status naming the byte offset where the error was detected.
 //
-// Dump() is deterministic. Its compact form matches nlohmann::json::dump()
-// (the serializer MLX uses for safetensors headers): no whitespace, strings
-// written as raw UTF-8 with '"', '\\' and control characters escaped.
+// Dump() writes the bytes nlohmann::json::dump() writes (the serializer MLX
+// uses for safetensors headers): compact without whitespace, or indented;
+// strings as raw UTF-8 with '"', '\\' and control characters escaped, and
+// U+FFFD in place of each invalid UTF-8 sequence; doubles in
+// nlohmann's shortest round-trip form; NaN and Infinity as null.
 //
 // Thread safety: a value; const members are safe from many threads.
 #ifndef KVSTORE_JSON_H_
@@ -89,7 +93,7 @@ class Json {
 
   struct ParseOptions {
     bool reject_duplicate_keys = true;
-    size_t max_depth = 64;
+    size_t max_depth = 64;  // nested arrays and objects; deeper input is Corruption
   };
   static Result<Json> Parse(std::string_view text, const ParseOptions& options);
   static Result<Json> Parse(std::string_view text) { return Parse(text, ParseOptions{}); }
@@ -98,18 +102,14 @@ class Json {
     int indent = -1;         // < 0: compact
     bool sort_keys = false;  // bytewise key order (what nlohmann's std::map gives)
   };
+  // Members with the same key (possible only in values built by hand or
+  // parsed with reject_duplicate_keys = false) are all written, in order.
   std::string Dump(const DumpOptions& options) const;
   std::string Dump() const { return Dump(DumpOptions{}); }
 
  private:
   std::variant<std::nullptr_t, bool, int64_t, uint64_t, double, std::string, Array, Object> v_;
 };
-
-// Appends `s` as a JSON string literal (quotes included), escaped as Dump does.
-void AppendJsonString(std::string& out, std::string_view s);
-
-// True when `s` is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
-bool IsValidUtf8(std::string_view s);
 
 }  // namespace kvstore
 

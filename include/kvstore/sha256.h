@@ -1,24 +1,20 @@
-// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), computed with OpenSSL's
-// EVP interface (SHA-NI where the CPU has it).
+// Sha256Digest: a SHA-256 digest as a value, public so that API types can
+// carry a digest (prompt-cache files store them as 64 hex digits,
+// docs/format.md). Computing digests is internal to the library
+// (libkvstore/integrity/sha256.h).
 //
-// Thread safety: Sha256Digest is a value. A Sha256Hasher is used by one
-// thread at a time; distinct hashers run concurrently.
+// Thread safety: a value.
 #ifndef KVSTORE_SHA256_H_
 #define KVSTORE_SHA256_H_
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
-#include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 
 namespace kvstore {
-
-class Array;
 
 // A SHA-256 digest; a distinct type so it is never mixed up with other bytes.
 class Sha256Digest {
@@ -39,38 +35,6 @@ class Sha256Digest {
  private:
   std::array<uint8_t, kSize> bytes_;
 };
-
-// Incremental hashing.
-class Sha256Hasher {
- public:
-  Sha256Hasher();
-  ~Sha256Hasher();
-  Sha256Hasher(Sha256Hasher&&) noexcept;
-  Sha256Hasher& operator=(Sha256Hasher&&) noexcept;
-
-  void Update(std::span<const std::byte> data);
-  void Update(std::string_view data);
-  // Returns the digest and resets the hasher for reuse.
-  Sha256Digest Finish();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-Sha256Digest Sha256(std::span<const std::byte> data);
-Sha256Digest Sha256(std::string_view data);
-// The digest of an array's logical elements in row-major order (what the
-// mlx-lm fixtures and traces record), whatever its strides.
-Sha256Digest Sha256(const Array& array);
-
-// HMAC-SHA256 under `key` of the concatenation of `parts` (RFC 2104; any key
-// length). The tag has a digest's size and type.
-Sha256Digest HmacSha256(std::string_view key, std::initializer_list<std::string_view> parts);
-
-// Equality that takes the same time wherever the first difference lies, for
-// comparing a received tag with the expected one.
-bool ConstantTimeEqual(const Sha256Digest& a, const Sha256Digest& b);
 
 }  // namespace kvstore
 

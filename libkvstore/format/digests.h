@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvstore/safetensors.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace kvstore {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kvstore/array.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace kvstore {
 

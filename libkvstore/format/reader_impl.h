@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "kvstore/prompt_cache_file.h"
-#include "kvstore/sha256.h"
 #include "kvstore/zstd_seekable.h"
 #include "libkvstore/format/layout.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace kvstore {
 

@@ -1,6 +1,6 @@
 #include "libkvstore/format/seal.h"
 
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "libkvstore/format/digests.h"
 
 namespace kvstore {

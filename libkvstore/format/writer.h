@@ -17,7 +17,7 @@
 #include <string>
 
 #include "kvstore/prompt_cache_file.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace kvstore {
 

@@ -1,6 +1,6 @@
 // SHA-256 through OpenSSL's EVP interface (which picks SHA-NI/AVX2 code
 // paths at run time).
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>

@@ -32,21 +32,23 @@ std::string_view OpName(FaultInjectionEnv::Op op) {
   return "?";
 }
 
-class FaultWritableFile final : public WritableFile {
+}  // namespace
+
+class FaultInjectionEnv::WrappedFile final : public WritableFile {
  public:
-  FaultWritableFile(FaultInjectionEnv* env, std::unique_ptr<WritableFile> base)
+  WrappedFile(FaultInjectionEnv* env, std::unique_ptr<WritableFile> base)
       : env_(env), base_(std::move(base)) {}
 
   Status Append(std::span<const std::byte> data) override {
-    KV_RETURN_IF_ERROR(env_->MaybeFail(FaultInjectionEnv::Op::kAppend));
+    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kAppend));
     return base_->Append(data);
   }
   Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
-    KV_RETURN_IF_ERROR(env_->MaybeFail(FaultInjectionEnv::Op::kWriteAt));
+    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kWriteAt));
     return base_->WriteAt(offset, data);
   }
   Status Sync() override {
-    KV_RETURN_IF_ERROR(env_->MaybeFail(FaultInjectionEnv::Op::kSync));
+    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kSync));
     return base_->Sync();
   }
   Status Close() override { return base_->Close(); }
@@ -56,8 +58,6 @@ class FaultWritableFile final : public WritableFile {
   FaultInjectionEnv* env_;
   std::unique_ptr<WritableFile> base_;
 };
-
-}  // namespace
 
 struct FaultInjectionEnv::State {
   std::mutex mu;
@@ -123,7 +123,7 @@ Result<std::shared_ptr<const ReadableFile>> FaultInjectionEnv::OpenReadable(
 Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(const std::string& path) {
   KV_RETURN_IF_ERROR(MaybeFail(Op::kNewWritable));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path));
-  return std::unique_ptr<WritableFile>(std::make_unique<FaultWritableFile>(this, std::move(file)));
+  return std::unique_ptr<WritableFile>(std::make_unique<WrappedFile>(this, std::move(file)));
 }
 
 Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {

@@ -7,6 +7,7 @@
 
 #include "kvstore/json.h"
 #include "kvstore/safetensors.h"
+#include "libkvstore/util/json_text.h"
 
 namespace kvstore {
 

@@ -2,6 +2,8 @@
 
 #include <cassert>
 
+#include "libkvstore/integrity/sha256.h"
+
 namespace kvstore {
 namespace {
 

@@ -8,6 +8,7 @@
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "kvstore/batch_rotating_kv_cache.h"
+#include "libkvstore/integrity/sha256.h"
 #include "libkvstore/reuse/fingerprint_internal.h"
 
 namespace kvstore {

@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace kvstore {
 

@@ -23,7 +23,7 @@
 #include "kvstore/prompt_cache_info_json.h"
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 
 namespace fs = std::filesystem;
 using namespace kvstore;

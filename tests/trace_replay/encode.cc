@@ -6,7 +6,7 @@
 #include "kvstore/batch_kv_cache.h"
 #include "kvstore/batch_rotating_kv_cache.h"
 #include "kvstore/cache_list.h"
-#include "kvstore/sha256.h"
+#include "libkvstore/integrity/sha256.h"
 #include "tests/trace_replay/replayer.h"
 
 namespace kvstore::trace {
