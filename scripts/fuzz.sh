@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
 # and runs each over its seed corpus for a bounded time.
-#   scripts/fuzz.sh [TOTAL_SECONDS]   (default 60, shared by all targets)
+#   scripts/fuzz.sh [TOTAL_SECONDS]   (default 60 of wall time, shared by all targets)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 total=${1:-60}
@@ -16,15 +16,38 @@ if ((${#targets[@]} == 0)); then
   echo "fuzz: no targets built" >&2
   exit 1
 fi
-per=$(( total / ${#targets[@]} ))
+# TOTAL_SECONDS of wall time: one target per core at a time, so each target
+# gets TOTAL_SECONDS * cores / targets seconds (at least 5).
+jobs=$(nproc)
+per=$(( total * jobs / ${#targets[@]} ))
 (( per < 5 )) && per=5
-for t in "${targets[@]}"; do
+run_one() {
+  local t=$1 name corpus
   name=$(basename "$t")
   corpus=$build/corpus/$name
   mkdir -p "$corpus"
   cp -n "$root"/tests/fuzz/corpus/"${name#fuzz_}"/* "$corpus"/ 2>/dev/null || true
   echo "fuzz: $name for ${per}s"
-  "$t" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 "$corpus" \
-    > "$build/$name.log" 2>&1 || { tail -50 "$build/$name.log"; exit 1; }
+  # Crash inputs land next to the log, named in it.
+  (cd "$build" && "$t" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 -print_final_stats=0 \
+    "$corpus" > "$build/$name.log" 2>&1) || { echo "fuzz: $name FAILED"; tail -50 "$build/$name.log"; return 1; }
+}
+failed=0
+running=0
+for t in "${targets[@]}"; do
+  if (( running >= jobs )); then
+    wait -n || failed=1
+    running=$(( running - 1 ))
+  fi
+  run_one "$t" &
+  running=$(( running + 1 ))
 done
-echo "fuzz: ${#targets[@]} targets clean"
+while (( running > 0 )); do
+  wait -n || failed=1
+  running=$(( running - 1 ))
+done
+if (( failed )); then
+  echo "fuzz: a target failed (its log and crash input are in $build)" >&2
+  exit 1
+fi
+echo "fuzz: ${#targets[@]} targets clean, ${per}s each"

@@ -135,6 +135,24 @@ TEST_P(EnvTest, ReaderKeepsOldBytesAfterAtomicReplace) {
   EXPECT_TRUE(ToString(reader->data()) == old_content);
 }
 
+// What a reader of llama-server's slot files needs: the file is truncated and
+// rewritten in place (same inode), and the bytes already read stay as they
+// were. (A mapping of the shrunk file would fault with SIGBUS on access.)
+TEST_P(EnvTest, ReadIntoMemoryKeepsItsCopyWhenTheFileIsRewrittenInPlace) {
+  const std::string old_bytes = Pattern(3 << 20, 7);
+  ASSERT_OK(WriteString(env(), Path("slot.bin"), old_bytes));
+  ASSERT_OK_AND_ASSIGN(auto copy, env()->ReadIntoMemory(Path("slot.bin")));
+  ASSERT_OK(WriteString(env(), Path("slot.bin"), "short"));  // truncates in place
+  ASSERT_EQ(copy->size(), old_bytes.size());
+  EXPECT_TRUE(std::equal(old_bytes.begin(), old_bytes.end(),
+                         reinterpret_cast<const char*>(copy->data().data())));
+  EXPECT_EQ(copy->path(), Path("slot.bin"));
+  ASSERT_OK(WriteString(env(), Path("empty"), ""));
+  ASSERT_OK_AND_ASSIGN(auto empty, env()->ReadIntoMemory(Path("empty")));
+  EXPECT_EQ(empty->size(), 0u);
+  EXPECT_THAT(env()->ReadIntoMemory(Path("missing")), HasCode(StatusCode::kNotFound, "missing"));
+}
+
 TEST_P(EnvTest, LockFileExcludesSecondLockerUntilReleased) {
   std::string lock_path = Path("LOCK");
   ASSERT_OK_AND_ASSIGN(auto lock, env()->LockFile(lock_path));

@@ -37,10 +37,11 @@ struct Quantized {
   Array scales = F16({1, 2, 4, 1});
   Array biases = F16({1, 2, 4, 1});
   std::vector<std::string> meta = {"4", "64", "4"};  // offset, group_size, bits
+  Array values_packed = Typed(DType::kU32, {1, 2, 4, 8});
   bool with_biases = true;
 
   std::vector<NamedArray> Tensors() const {
-    std::vector<NamedArray> out = {{"0.0.0", packed}, {"0.0.1", scales}, {"0.1.0", Typed(DType::kU32, {1, 2, 4, 8})},
+    std::vector<NamedArray> out = {{"0.0.0", packed}, {"0.0.1", scales}, {"0.1.0", values_packed},
                                    {"0.1.1", F16({1, 2, 4, 1})}, {"0.1.2", F16({1, 2, 4, 1})}};
     if (with_biases) out.push_back({"0.0.2", biases});
     return out;
@@ -99,9 +100,11 @@ std::vector<HostileCase> HostileCases() {
   quantized("QuantizedOffsetBeyondStoredTokens", [](Quantized& q) { q.meta[0] = "5"; },
             "meta_state offset 5 outside [0, 4]");
   quantized("QuantizedPackedWidth", [](Quantized& q) { q.packed = Typed(DType::kU32, {1, 2, 4, 6}); },
-            "packed width does not match bits 4 / group size 64");
+            "packed width of the keys does not match bits 4 / group size 64");
   quantized("QuantizedScaleWidth", [](Quantized& q) { q.scales = q.biases = F16({1, 2, 4, 2}); },
-            "packed width does not match bits 4 / group size 64");
+            "packed width of the keys does not match bits 4 / group size 64");
+  quantized("QuantizedValuesPackedWidth", [](Quantized& q) { q.values_packed = Typed(DType::kU32, {1, 2, 4, 6}); },
+            "packed width of the values does not match bits 4 / group size 64");
   quantized("QuantizedMissingBiases", [](Quantized& q) { q.with_biases = false; },
             "state keys must be a list of 3 arrays (packed, scales, biases)");
   quantized("QuantizedValuesDisagreeInTokens", [](Quantized& q) {
@@ -227,7 +230,7 @@ TEST_P(HostileLayerTest, InspectionListsTheProblemUnderItsLayer) {
 INSTANTIATE_TEST_SUITE_P(All, HostileLayerTest, ::testing::ValuesIn(HostileCases()),
                          [](const ::testing::TestParamInfo<HostileCase>& p) { return p.param.name; });
 
-TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 38u); }
+TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 39u); }
 
 // Every file mlx-lm wrote (all versions) passes, as it loads.
 TEST(ValidateTest, EveryFixtureIsValid) {

@@ -1,8 +1,11 @@
 // kvtool inspect on a llama.cpp sequence-state file: format, tokens, streams,
 // cells and positions, layers, types and v_trans, and whether it converts.
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <fstream>
 #include <set>
+#include <span>
 
 #include "apps/kvtool/kvtool.h"
 #include "apps/kvtool/llama.h"
@@ -139,12 +142,15 @@ void PrintState(const std::string& path, uint64_t bytes, const LlamaState& st, c
 }  // namespace
 
 bool IsLlamaStateFile(const std::string& path) {
-  auto file = kvstore::Env::Default()->OpenReadable(path);
-  return file.ok() && kvstore::LooksLikeLlamaState((*file)->data());
+  // Reads the magic only (no mapping: llama-server rewrites slot files in place).
+  std::ifstream in(path, std::ios::binary);
+  std::array<char, 4> magic{};
+  if (!in.read(magic.data(), magic.size())) return false;
+  return kvstore::LooksLikeLlamaState(std::as_bytes(std::span(magic)));
 }
 
 int InspectLlamaState(const std::string& path, bool json, bool verify) {
-  auto file = kvstore::Env::Default()->OpenReadable(path);
+  auto file = kvstore::Env::Default()->ReadIntoMemory(path);
   if (!file.ok()) return Fail(file.status());
   auto st = kvstore::ParseLlamaState((*file)->data());
   if (!st.ok()) return Fail(st.status().WithPrefix(path));

@@ -101,6 +101,12 @@ class Env {
   // for other failures (including a directory). An empty file gives an
   // empty span.
   virtual Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) = 0;
+  // Reads the whole file into private memory instead of mapping it: for files
+  // that another program rewrites in place (llama-server truncates and
+  // rewrites its slot files), where a mapping could see a mix of old and new
+  // bytes, or fault (SIGBUS) when the file shrinks. IOError when the file
+  // keeps changing while it is read. The default copies OpenReadable's bytes.
+  virtual Result<std::shared_ptr<const ReadableFile>> ReadIntoMemory(const std::string& path);
   // Creates or truncates `path` for writing; NotFound when its directory
   // does not exist (the in-memory Env creates directories implicitly).
   // Truncating a file that someone has mapped breaks their mapping: replace

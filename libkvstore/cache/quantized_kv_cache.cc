@@ -218,11 +218,15 @@ Status QuantizedKVCache::SetMetaState(const MetaState& meta) {
                                    " outside [0, " + std::to_string(capacity) + "]");
   }
   if (buffers_) {
-    const int64_t dk = buffers_->keys[1].array().dim(3) * group_size;
-    if (buffers_->keys[0].array().dim(3) * 32 != dk * bits) {
-      return Status::InvalidArgument("QuantizedKVCache: packed width does not match bits " +
-                                     std::to_string(bits) + " / group size " +
-                                     std::to_string(group_size));
+    // Keys and values each: packed words * 32 bits == groups * group size * bits.
+    for (const auto* q : {&buffers_->keys, &buffers_->values}) {
+      const int64_t dim = (*q)[1].array().dim(3) * group_size;
+      if ((*q)[0].array().dim(3) * 32 != dim * bits) {
+        return Status::InvalidArgument(std::string("QuantizedKVCache: packed width of the ") +
+                                       (q == &buffers_->keys ? "keys" : "values") +
+                                       " does not match bits " + std::to_string(bits) +
+                                       " / group size " + std::to_string(group_size));
+      }
     }
   }
   offset_ = offset;

@@ -70,7 +70,8 @@ struct LayerBuilder {
 Result<LlamaConversionReport> ConvertLlamaStateToPromptCache(Env* env, const std::string& in, const std::string& out,
                                                              const LlamaModelInfo& model,
                                                              const LlamaToPromptCacheOptions& options) {
-  KV_ASSIGN_OR_RETURN(std::shared_ptr<const ReadableFile> file, env->OpenReadable(in));
+  // A copy, not a mapping: llama-server rewrites slot files in place.
+  KV_ASSIGN_OR_RETURN(std::shared_ptr<const ReadableFile> file, env->ReadIntoMemory(in));
   const std::span<const std::byte> bytes = file->data();
   Result<LlamaState> parsed = ParseLlamaState(bytes);
   if (!parsed.ok()) return parsed.status().WithPrefix(in);

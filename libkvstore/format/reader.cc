@@ -9,6 +9,7 @@
 #include "kvstore/llama_state.h"
 #include "libkvstore/format/digests.h"
 #include "libkvstore/format/reader_impl.h"
+#include "libkvstore/io/memory_file.h"
 #include "libkvstore/util/parallel.h"
 
 namespace kvstore {
@@ -45,17 +46,6 @@ bool IsLlamaState(std::span<const std::byte> bytes) {
   if (bytes.size() >= 4) std::memcpy(&magic, bytes.data(), 4);
   return magic == kLlamaStateMagic;
 }
-
-// Plain bytes held in memory (a compressed file decompressed at open).
-class MemoryFile : public ReadableFile {
- public:
-  MemoryFile(std::string path, std::shared_ptr<Storage> storage)
-      : ReadableFile(std::move(path)), storage_(std::move(storage)) {}
-  std::span<const std::byte> data() const override { return {storage_->data(), storage_->size()}; }
-
- private:
-  std::shared_ptr<Storage> storage_;
-};
 
 // The most a zstd frame can expand: an RLE block stores up to 128 KiB
 // (the largest block) in 4 bytes. Declared sizes beyond it cannot be valid

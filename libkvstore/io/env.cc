@@ -5,6 +5,9 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstring>
+
+#include "libkvstore/io/memory_file.h"
 
 namespace kvstore {
 
@@ -30,5 +33,12 @@ bool Env::ProcessAlive(int64_t pid) {
 }
 
 int64_t Env::ProcessId() { return getpid(); }
+
+Result<std::shared_ptr<const ReadableFile>> Env::ReadIntoMemory(const std::string& path) {
+  KV_ASSIGN_OR_RETURN(std::shared_ptr<const ReadableFile> file, OpenReadable(path));
+  std::shared_ptr<Storage> copy = Storage::AllocateUninitialized(file->size());
+  if (file->size() > 0) std::memcpy(copy->mutable_data(), file->data().data(), file->size());
+  return std::shared_ptr<const ReadableFile>(std::make_shared<MemoryFile>(path, std::move(copy)));
+}
 
 }  // namespace kvstore

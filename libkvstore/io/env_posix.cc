@@ -89,6 +89,10 @@ class PosixEnv final : public Env {
     return OpenPosixReadable(path);
   }
 
+  Result<std::shared_ptr<const ReadableFile>> ReadIntoMemory(const std::string& path) override {
+    return ReadPosixIntoMemory(path);
+  }
+
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     return NewPosixWritable(path);
   }

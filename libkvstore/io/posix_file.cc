@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
+
+#include "libkvstore/io/memory_file.h"
 
 namespace kvstore {
 
@@ -203,6 +206,51 @@ Result<std::shared_ptr<const ReadableFile>> OpenPosixReadable(const std::string&
     if (base == MAP_FAILED) return PosixError("mmap", path, errno);
   }
   return std::shared_ptr<const ReadableFile>(std::make_shared<PosixMappedFile>(path, base, size));
+}
+
+namespace {
+
+// True when two fstat results describe the same, unchanged file.
+bool SameFileState(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+         a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const ReadableFile>> ReadPosixIntoMemory(const std::string& path) {
+  // A writer that truncates and rewrites the file in place shows up as a
+  // short read, bytes past the size seen first, or a changed size or
+  // modification time: read again, a bounded number of times.
+  constexpr int kAttempts = 3;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    ScopedFd fd(RetryOnEintr([&] { return open(path.c_str(), O_RDONLY | O_CLOEXEC); }));
+    if (fd.get() < 0) return PosixError("open", path, errno);
+    struct stat before;
+    if (fstat(fd.get(), &before) != 0) return PosixError("fstat", path, errno);
+    if (!S_ISREG(before.st_mode)) return Status::IOError("open '" + path + "': not a regular file");
+    const size_t size = static_cast<size_t>(before.st_size);
+    std::shared_ptr<Storage> storage = Storage::AllocateUninitialized(size);
+    size_t got = 0;
+    while (got < size) {
+      ssize_t n = RetryOnEintr(
+          [&] { return pread(fd.get(), storage->mutable_data() + got, size - got, static_cast<off_t>(got)); });
+      if (n < 0) return PosixError("read", path, errno);
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    char past_end;
+    ssize_t more = RetryOnEintr([&] { return pread(fd.get(), &past_end, 1, static_cast<off_t>(size)); });
+    if (more < 0) return PosixError("read", path, errno);
+    struct stat after;
+    if (fstat(fd.get(), &after) != 0) return PosixError("fstat", path, errno);
+    if (got == size && more == 0 && SameFileState(before, after)) {
+      return std::shared_ptr<const ReadableFile>(std::make_shared<MemoryFile>(path, std::move(storage)));
+    }
+  }
+  return Status::IOError("read '" + path + "': the file kept changing while it was read (" +
+                         std::to_string(kAttempts) + " attempts); is another program rewriting it?");
 }
 
 Result<std::unique_ptr<WritableFile>> NewPosixWritable(const std::string& path) {

@@ -47,6 +47,10 @@ class ScopedFd {
 // non-regular file).
 Result<std::shared_ptr<const ReadableFile>> OpenPosixReadable(const std::string& path);
 
+// The whole file read with pread into private memory, checked not to have
+// changed meanwhile (Env::ReadIntoMemory).
+Result<std::shared_ptr<const ReadableFile>> ReadPosixIntoMemory(const std::string& path);
+
 // Creates or truncates `path` (mode 0644 before umask). Appends are gathered
 // in a user-space buffer of kPosixWriteBuffer bytes; an append that does not
 // fit is written straight through once the buffer is flushed.

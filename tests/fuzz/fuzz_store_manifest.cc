@@ -1,0 +1,30 @@
+// A PromptCacheStore's MANIFEST and token lists come from disk: ReadManifest
+// and ParseTokens must never crash, and what they accept must write back
+// (ManifestAddLine, TokensText) to text that reads back the same.
+#include <cstddef>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "libkvstore/reuse/store_format.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (std::optional<std::vector<int32_t>> tokens = kvstore::ParseTokens(text)) {
+    if (kvstore::ParseTokens(kvstore::TokensText(*tokens)) != tokens) std::abort();
+  }
+  const auto entries = kvstore::ReadManifest(std::as_bytes(std::span(data, size)));
+  for (const auto& [file, entry] : entries) {
+    const std::string line =
+        kvstore::ManifestAddLine(file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint);
+    const auto again = kvstore::ReadManifest(std::as_bytes(std::span(line.data(), line.size())));
+    auto it = again.find(file);
+    if (again.size() != 1 || it == again.end() || it->second.key.model != entry.key.model ||
+        it->second.key.tokens != entry.key.tokens || it->second.bytes != entry.bytes ||
+        it->second.fingerprint != entry.fingerprint) {
+      std::abort();
+    }
+  }
+  return 0;
+}
