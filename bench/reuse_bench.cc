@@ -58,17 +58,20 @@ void BM_StoreMiss(benchmark::State& state) {
     return;
   }
   std::unique_ptr<kvstore::PromptCacheStore> store = std::move(opened).value();
-  auto kv = std::make_shared<kvstore::KVCache>();
-  kvstore::Array a = kvstore::Array::Zeros(kvstore::DType::kF16, {1, 1, 4, 64});
-  (void)kv->SetState(kvstore::CacheState({a, a}));
-  const kvstore::PromptCache small = {kv};
   std::mt19937 rng(1);
   std::vector<int32_t> query;
   for (int i = 0; i < 300; ++i) {
     std::vector<int32_t> key(static_cast<size_t>(64 + i * 13));
     for (auto& t : key) t = static_cast<int32_t>(rng() % 50000);
     if (i == 0) query.assign(key.begin(), key.begin() + 32);
-    (void)store->Put("m", key, small);
+    // One head of one dimension: an entry holds as many tokens as its key, in few bytes.
+    auto kv = std::make_shared<kvstore::KVCache>();
+    kvstore::Array a = kvstore::Array::Zeros(kvstore::DType::kF16, {1, 1, static_cast<int64_t>(key.size()), 1});
+    (void)kv->SetState(kvstore::CacheState({a, a}));
+    if (!store->Put("m", key, {kv}).ok()) {
+      state.SkipWithError("put failed");
+      return;
+    }
   }
   while (query.size() < tokens) query.push_back(static_cast<int32_t>(rng() % 50000));
   for (auto _ : state) {

@@ -18,10 +18,12 @@
 // a file it cannot read for an I/O error is left in place, not indexed.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares
-// the key recorded in the file with the key asked for. A corrupt file, or
-// one holding another key, is a miss: the entry is dropped (its file
-// removed), counted (corrupt_dropped(), mismatched_dropped()), and the
-// next shorter stored prefix is tried. A longest-prefix lookup costs
+// the key recorded in the file with the key asked for, and every layer's
+// token offset with the key's length. A corrupt file (layers holding
+// another number of tokens than the key included), or one holding another
+// key, is a miss: the entry is dropped (its file removed), counted
+// (corrupt_dropped(), mismatched_dropped()), and the next shorter stored
+// prefix is tried. A longest-prefix lookup costs
 // O(prompt) (one incremental hash per prefix length, exact key comparison
 // on a hash match). Disk usage is bounded by max_bytes with LRU eviction.
 //
@@ -78,7 +80,10 @@ class PromptCacheStore {
   // Saves (atomically) the cache for (model, tokens), replacing an entry
   // with the same key, then evicts least recently used files over budget.
   // Records the cache's fingerprint under `model` when it has one.
-  // InvalidArgument for empty tokens (such an entry could never be served).
+  // InvalidArgument for empty tokens (such an entry could never be served)
+  // and for a layer (CacheList children included) whose token offset is not
+  // tokens.size() (a RotatingKVCache counts every token it has seen; the
+  // snapshot layers ArraysCache and MambaCache have no offset and are exempt).
   Status Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache);
   // The same under the key model.model_id(), recording `model`;
   // InvalidArgument when the cache does not match it.

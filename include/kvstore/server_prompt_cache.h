@@ -80,8 +80,11 @@ class ServerPromptCache {
   // entry of its own (what a cache that cannot be trimmed is served from);
   // the shared tier stores its chunks once and snapshot layers at those
   // boundaries. InvalidArgument when `tokens` is empty, a cache does not
-  // match `model` or a checkpoint lies outside `tokens`; the disk tier's
-  // errors.
+  // match `model`, a checkpoint lies outside `tokens`, or a layer (CacheList
+  // children included) has a token offset other than the number of tokens
+  // it is stored under ("layer 0 (KVCache): offset 50 != 100 tokens";
+  // ArraysCache/MambaCache snapshots have no offset and are exempt); the
+  // disk tier's errors.
   Status Insert(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
                 std::span<const PromptCacheCheckpoint> checkpoints = {});
 

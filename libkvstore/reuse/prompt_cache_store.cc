@@ -5,6 +5,7 @@
 
 #include "kvstore/model_fingerprint.h"
 #include "kvstore/prompt_cache_file.h"
+#include "libkvstore/reuse/cache_leaves.h"
 #include "libkvstore/reuse/prefix_hash.h"
 #include "libkvstore/reuse/store_format.h"
 #include "libkvstore/reuse/store_index.h"
@@ -200,6 +201,7 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
 Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
                                    std::span<const int32_t> tokens, const PromptCache& cache) {
   if (tokens.empty()) return Status::InvalidArgument("PromptCacheStore: empty token key");
+  KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("PromptCacheStore"));
   const std::string file = StoreFileName(model, tokens);
   Metadata metadata = StoreKeyMetadata(model, tokens);
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
@@ -264,6 +266,12 @@ Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const
     if (!HoldsKey(loaded->user_metadata, model, tokens.first(length)) ||
         (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
       Drop(file, generation, mismatched_dropped);
+      continue;
+    }
+    // A file can be self-consistent and still hold fewer (or more) tokens
+    // than its key names: never served as the key.
+    if (!CheckLeafTokens(loaded->cache, static_cast<int64_t>(length)).ok()) {
+      Drop(file, generation, corrupt_dropped);
       continue;
     }
     return std::optional<Hit>(Hit{std::move(loaded->cache), static_cast<int64_t>(length)});

@@ -3,6 +3,7 @@
 #include "kvstore/server_prompt_cache.h"
 
 #include "kvstore/prompt_cache.h"
+#include "libkvstore/reuse/cache_leaves.h"
 #include "libkvstore/reuse/memory_tier.h"
 
 namespace kvstore {
@@ -36,7 +37,9 @@ ServerPromptCache::~ServerPromptCache() = default;
 
 // Copies (copy-on-write) and trims to the tokens that may be reused: to
 // the common prefix, leaving at least one token of the query to process.
-// Any layer that does not trim exactly makes it a miss.
+// Every leaf (CacheList children included) must trim exactly and end at
+// `reused`, or it is a miss: a CacheList's own count speaks for its last
+// child only.
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Candidate& c,
                                                                        std::span<const int32_t> tokens) {
   const int64_t reused = c.Potential(static_cast<int64_t>(tokens.size()));
@@ -46,12 +49,7 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Can
   hit.reused = reused;
   hit.foreign_tokens = std::min(c.foreign_tokens, reused);
   for (const auto& layer : *c.cache) hit.cache.push_back(std::shared_ptr<Cache>(layer->Copy()));
-  if (const int64_t cut = c.length - reused; cut > 0) {
-    for (const auto& layer : hit.cache) {
-      Result<int64_t> t = layer->IsTrimmable() ? layer->Trim(cut) : Result<int64_t>(int64_t{0});
-      if (!t.ok() || *t != cut) return std::optional<Hit>();
-    }
-  }
+  if (!TrimEveryLeaf(hit.cache, c.length - reused, reused)) return std::optional<Hit>();
   return std::optional<Hit>(std::move(hit));
 }
 
@@ -135,12 +133,15 @@ Status ServerPromptCache::Insert(const ModelFingerprint& model, std::span<const 
                                  const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
   if (tokens.empty()) return Status::InvalidArgument("ServerPromptCache: empty token key");
   KV_RETURN_IF_ERROR(model.Check(cache));
+  KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("ServerPromptCache"));
   for (const PromptCacheCheckpoint& cp : checkpoints) {
     if (cp.tokens < 1 || cp.tokens > static_cast<int64_t>(tokens.size())) {
       return Status::InvalidArgument("ServerPromptCache: a checkpoint at " + std::to_string(cp.tokens) +
                                      " tokens is outside the prompt");
     }
     KV_RETURN_IF_ERROR(model.Check(cp.cache));
+    KV_RETURN_IF_ERROR(CheckLeafTokens(cp.cache, cp.tokens)
+                           .WithPrefix("ServerPromptCache: checkpoint at " + std::to_string(cp.tokens) + " tokens"));
   }
   const std::string key = model.digest().ToHex();
   Remember(key, tokens, cache);
