@@ -34,9 +34,7 @@ TEST_F(PromptCacheStoreTest, ServesTheLongestStoredPrefixOfTheSameModel) {
 TEST_F(PromptCacheStoreTest, CorruptFileIsAMissAndRemoved) {
   PutAll({{{1, 2, 3}, 7}});
   const std::string name = FileOf({1, 2, 3});
-  std::vector<std::byte> bytes = testing::FileBytes(env_.get(), Path(name));
-  bytes[bytes.size() - 3] ^= std::byte{0x40};  // a tensor byte
-  ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), bytes));
+  CorruptTensorByte(name);
 
   std::unique_ptr<PromptCacheStore> store = OpenStore();
   EXPECT_EQ(Fetch(*store, {1, 2, 3, 4}), -1);

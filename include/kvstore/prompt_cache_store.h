@@ -35,7 +35,10 @@
 // One process owns a directory at a time: Open() takes an exclusive lock on
 // <dir>/LOCK and fails with FailedPrecondition ("held by another process")
 // for a second owner. Thread-safe: all members may be called concurrently;
-// loads and saves run outside the store's lock.
+// loads and saves run outside the store's lock, while a Put's final rename
+// and its index update happen together under it (so a concurrent fetch
+// that drops the file it replaces, or an eviction, cannot remove the new
+// file before it is indexed).
 #ifndef KVSTORE_PROMPT_CACHE_STORE_H_
 #define KVSTORE_PROMPT_CACHE_STORE_H_
 

@@ -1,6 +1,7 @@
 #include "kvstore/prompt_cache_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "kvstore/model_fingerprint.h"
@@ -26,6 +27,7 @@ struct PromptCacheStore::Impl {
   int64_t fingerprint_refused = 0;
   std::string last_refusal;
   std::unique_ptr<WritableFile> manifest;  // append-only log
+  std::atomic<uint64_t> next_staged{0};    // names Put's temp files
 
   std::string Path(const std::string& file) const { return dir + "/" + file; }
 
@@ -209,13 +211,29 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   // layout, which (unlike the 0.31 release's) holds every ArraysCache.
   SavePromptCacheOptions options;
   options.layout = PromptCacheLayout::kMlxLm;
-  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(file), cache, metadata, options));
-  KV_ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(Path(file)));
-  std::lock_guard<std::mutex> l(mu);
-  AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())}, static_cast<int64_t>(size),
-             DigestHex(fingerprint)});
-  EvictLocked();
-  return Status::OK();
+  // Saved under a temp name (Open removes leftovers), then renamed into
+  // place under the lock together with the index update: a Drop of the
+  // entry this replaces (a fetch that found the old file corrupt) or an
+  // eviction can then never remove the new file before it is indexed.
+  const std::string staged =
+      file + ".kvtmp-" + std::to_string(env->ProcessId()) + "-put" + std::to_string(next_staged.fetch_add(1));
+  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(staged), cache, metadata, options));
+  Result<uint64_t> size = env->GetFileSize(Path(staged));
+  if (!size.ok()) {
+    (void)env->RemoveFile(Path(staged));
+    return size.status();
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (Status renamed = env->RenameFile(Path(staged), Path(file)); !renamed.ok()) {
+      (void)env->RemoveFile(Path(staged));
+      return renamed;
+    }
+    AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},
+               static_cast<int64_t>(*size), DigestHex(fingerprint)});
+    EvictLocked();
+  }
+  return env->SyncDir(dir);  // the rename's durability; the entry is indexed either way
 }
 
 void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerprint& asked) {
