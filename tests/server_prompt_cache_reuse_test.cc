@@ -120,5 +120,45 @@ TEST(ServerPromptCacheReuseTest, InsertRefusesLayersHoldingAnotherTokenCount) {
   EXPECT_EQ(store->entries(), 2);
 }
 
+// An attention layer and a snapshot layer: nothing can be trimmed.
+PromptCache Hybrid(int64_t tokens, uint64_t seed) {
+  auto arrays = std::make_shared<ArraysCache>(1);
+  EXPECT_OK(arrays->SetSlot(0, testing::RandomArray(DType::kF16, {1, 4}, seed + static_cast<uint64_t>(tokens))));
+  return {Attention(tokens, seed), arrays};
+}
+
+// The same prompt sent again (regenerate) to a model that cannot trim: the
+// 8-token entry cannot give its last token back, so its 4-token checkpoint
+// is served, from memory and, after a restart, from disk.
+TEST(ServerPromptCacheReuseTest, ExactRepeatOfAnUntrimmableModelUsesTheCheckpoint) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  const Tokens t = Iota(8);
+  const PromptCache full = Hybrid(8, 1), checkpoint = Hybrid(4, 1);
+  const ModelFingerprint fp = testing::FingerprintOf(full, "m");
+  const PromptCacheCheckpoint checkpoints[] = {{4, checkpoint}};
+  ServerPromptCache server({.disk = store.get()});
+  ASSERT_OK(server.Insert(fp, t, full, checkpoints));
+  ASSERT_EQ(server.stats().entries, 2);
+  ASSERT_OK_AND_ASSIGN(auto hit, server.Fetch(fp, t));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->reused, 4);
+  EXPECT_EQ(hit->tier, PromptCacheTier::kMemory);
+  EXPECT_EQ(Describe(hit->cache), Describe(checkpoint));
+  Tokens longer = t;
+  longer.push_back(99);
+  ASSERT_OK_AND_ASSIGN(auto whole, server.Fetch(fp, longer));
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(whole->reused, 8);
+
+  ServerPromptCache restarted({.disk = store.get()});
+  ASSERT_OK_AND_ASSIGN(auto from_disk, restarted.Fetch(fp, t));
+  ASSERT_TRUE(from_disk.has_value());
+  EXPECT_EQ(from_disk->reused, 4);
+  EXPECT_EQ(from_disk->tier, PromptCacheTier::kDisk);
+  EXPECT_EQ(Describe(from_disk->cache), Describe(checkpoint));
+  EXPECT_EQ(restarted.stats().misses, 0);
+}
+
 }  // namespace
 }  // namespace kvstore
