@@ -2,13 +2,16 @@
 // digests, and entries replaced while they are being dropped.
 #include "kvstore/prompt_cache_store.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <utility>
 
+#include "kvstore/arrays_cache.h"
 #include "libkvstore/reuse/store_format.h"
 #include "prompt_cache_store_testutil.h"
 
@@ -48,6 +51,7 @@ class HookEnv : public FaultInjectionEnv {
   };
   Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) override {
     Result<std::shared_ptr<const ReadableFile>> file = FaultInjectionEnv::OpenReadable(path);
+    if (path.ends_with(".safetensors")) ++entry_reads;
     Fire(after_open, path);
     return file;
   }
@@ -57,6 +61,7 @@ class HookEnv : public FaultInjectionEnv {
     return s;
   }
   Hook after_open, after_rename;
+  std::atomic<int> entry_reads{0};  // opens of store entries
 
  private:
   static void Fire(Hook& hook, const std::string& path) {
@@ -109,6 +114,73 @@ TEST_F(PromptCacheStoreTest, DropOfAReplacedEntryKeepsTheNewFile) {
   EXPECT_EQ(got, Want(3, 8));
   EXPECT_TRUE(env_->FileExists(Path(name)));
   EXPECT_EQ(store->entries(), 1);
+}
+
+// [first, first + n)
+Tokens Span(int32_t first, int n) {
+  Tokens t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+Tokens Then(Tokens t, int32_t token) {
+  t.push_back(token);
+  return t;
+}
+
+// CacheOf(tokens, seed) trimmed to its first `keep` tokens, fingerprinted.
+std::string TrimmedFingerprint(int64_t tokens, uint64_t seed, int64_t keep) {
+  PromptCache cache = CacheOf(tokens, seed);
+  EXPECT_OK(cache[0]->Trim(tokens - keep));
+  return ::kvstore::testing::Fingerprint(*cache[0]);
+}
+
+// The "edit the last message" case on disk: a longer stored prompt that
+// shares more tokens with the query than any stored prefix is served
+// trimmed to the tokens it shares, as the memory tier does.
+TEST_F(PromptCacheStoreTest, LongerEntryIsServedTrimmedToTheCommonPrefix) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", Span(1, 100), CacheOf(100, 7)));
+  std::string got;
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 60), 999), &got), 60);
+  EXPECT_EQ(got, TrimmedFingerprint(100, 7, 60));
+  EXPECT_EQ(Fetch(*store, Span(1, 40), &got), 40);  // a strict prefix of the stored prompt
+  EXPECT_EQ(got, TrimmedFingerprint(100, 7, 40));
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 10), 999)), -1);  // under one granule (32 tokens): not probed
+  // A stored prefix sharing as many tokens wins; one sharing fewer loses.
+  ASSERT_OK(store->Put("m", Span(1, 70), CacheOf(70, 8)));
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 70), 999), &got), 70);
+  EXPECT_EQ(got, Want(70, 8));
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 80), 999), &got), 80);
+  EXPECT_EQ(got, TrimmedFingerprint(100, 7, 80));
+  ASSERT_OK_AND_ASSIGN(auto other_model, store->FetchLongestPrefix("other", Then(Span(1, 80), 999)));
+  EXPECT_FALSE(other_model.has_value());
+  EXPECT_EQ(store->entries(), 2);
+  EXPECT_EQ(store->corrupt_dropped() + store->mismatched_dropped(), 0);
+}
+
+// An entry with a layer that cannot be trimmed serves only prompts it is a
+// prefix of. Entries indexed at Open are tried once, then known.
+TEST_F(PromptCacheStoreTest, UntrimmableLongerEntryIsNotServedAndLearned) {
+  auto arrays = std::make_shared<ArraysCache>(1);
+  ASSERT_OK(arrays->SetSlot(0, ::kvstore::testing::RandomArray(DType::kF16, {1, 4}, 3)));
+  PromptCache hybrid = CacheOf(100, 7);
+  hybrid.push_back(arrays);
+  ASSERT_OK(OpenStore()->Put("m", Span(1, 100), hybrid));
+  HookEnv env(env_.get());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PromptCacheStore> store,
+                       PromptCacheStore::Open(&env, kvstore::testing::kDir, {}));
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 60), 999)), -1);
+  EXPECT_EQ(env.entry_reads, 1);  // loaded once, found untrimmable
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 60), 999)), -1);
+  EXPECT_EQ(env.entry_reads, 1);
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 100), 999)), 100);
+  EXPECT_EQ(store->entries(), 1);
+  // Known at a Put: never loaded for a longer match.
+  ASSERT_OK(store->Put("m", Span(1000, 100), hybrid));
+  const int reads = env.entry_reads;
+  EXPECT_EQ(Fetch(*store, Then(Span(1000, 60), 999)), -1);
+  EXPECT_EQ(env.entry_reads, reads);
 }
 
 }  // namespace

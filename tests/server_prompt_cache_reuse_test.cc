@@ -160,5 +160,58 @@ TEST(ServerPromptCacheReuseTest, ExactRepeatOfAnUntrimmableModelUsesTheCheckpoin
   EXPECT_EQ(restarted.stats().misses, 0);
 }
 
+// "Edit the last message" in every tier: a prompt of 100 tokens is stored,
+// the next request shares its first 60. Memory and disk serve the stored
+// cache trimmed to 60; the shared tier serves its last chunk boundary
+// within them (48, chunks of 16).
+TEST(ServerPromptCacheReuseTest, EditedLastMessageIsServedByEveryTier) {
+  const PromptCache stored = {Attention(100, 9)};
+  const ModelFingerprint fp = testing::FingerprintOf(stored, "m");
+  std::unique_ptr<Env> env = NewMemEnv();
+  ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  std::unique_ptr<KvBackend> backend = NewMemKvBackend();
+  auto tier = testing::OpenTier(backend.get(), 16);
+  ServerPromptCache writer({.disk = store.get(), .shared = tier.get()});
+  ASSERT_OK(writer.Insert(fp, Iota(100), stored));
+  struct Case {
+    ServerPromptCacheOptions options;
+    PromptCacheTier tier;
+    int64_t reused;
+  };
+  const Case cases[] = {{{}, PromptCacheTier::kMemory, 60},
+                        {{.disk = store.get()}, PromptCacheTier::kDisk, 60},
+                        {{.shared = tier.get()}, PromptCacheTier::kShared, 48}};
+  for (const Case& c : cases) {
+    ServerPromptCache fresh(c.options);
+    ServerPromptCache& server = c.tier == PromptCacheTier::kMemory ? writer : fresh;
+    ASSERT_OK_AND_ASSIGN(auto hit, server.Fetch(fp, EditedAfter(60)));
+    ASSERT_TRUE(hit.has_value()) << PromptCacheTierName(c.tier);
+    EXPECT_EQ(hit->tier, c.tier);
+    EXPECT_EQ(hit->reused, c.reused) << PromptCacheTierName(c.tier);
+    EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(stored, c.reused))) << PromptCacheTierName(c.tier);
+  }
+}
+
+// A stored prefix (70 tokens) loses to a longer prompt sharing more (80)
+// with the query, in memory and on disk, though both lie in the same
+// 32-token granule.
+TEST(ServerPromptCacheReuseTest, LongerEntrySharingMoreThanAStoredPrefixWins) {
+  const PromptCache stored = {Attention(100, 9)};
+  const ModelFingerprint fp = testing::FingerprintOf(stored, "m");
+  std::unique_ptr<Env> env = NewMemEnv();
+  ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  ServerPromptCache writer({.disk = store.get()});
+  ASSERT_OK(writer.Insert(fp, Iota(100), stored));
+  ASSERT_OK(writer.Insert(fp, Iota(70), {Attention(70, 10)}));
+  ServerPromptCache restarted({.disk = store.get()});
+  for (ServerPromptCache* server : {&writer, &restarted}) {
+    ASSERT_OK_AND_ASSIGN(auto hit, server->Fetch(fp, EditedAfter(80)));
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->tier, server == &writer ? PromptCacheTier::kMemory : PromptCacheTier::kDisk);
+    EXPECT_EQ(hit->reused, 80);
+    EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(stored, 80)));
+  }
+}
+
 }  // namespace
 }  // namespace kvstore

@@ -96,9 +96,14 @@ class PromptCacheStore {
     PromptCache cache;
     int64_t length = 0;  // tokens the cache covers (a prefix of the query)
   };
-  // The entry with the longest key that is a prefix of `tokens` (the whole
-  // of `tokens` included), loaded and verified; nullopt on a miss. A file
-  // that cannot be read for an I/O error is skipped but kept.
+  // The longest reusable prefix of `tokens`, loaded and verified: the entry
+  // with the longest key that is a prefix of `tokens` (the whole of
+  // `tokens` included), or, when an entry shares more tokens with `tokens`
+  // than that one (a longer prompt, or one whose last message was edited)
+  // and every layer of it can be trimmed, that entry trimmed to the tokens
+  // it shares (found in O(prompt / 32) probes; an entry indexed at Open is
+  // loaded once to learn whether it can be trimmed). nullopt on a miss. A
+  // file that cannot be read for an I/O error is skipped but kept.
   Result<std::optional<Hit>> FetchLongestPrefix(const std::string& model, std::span<const int32_t> tokens);
   // The same for model.model_id(), served only from entries that record
   // this fingerprint; an entry that records another one (or none) is

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "kvstore/model_fingerprint.h"
+#include "kvstore/prompt_cache.h"
 #include "kvstore/prompt_cache_file.h"
 #include "libkvstore/reuse/cache_leaves.h"
 #include "libkvstore/reuse/prefix_hash.h"
@@ -74,6 +75,21 @@ struct PromptCacheStore::Impl {
              std::span<const int32_t> tokens, const PromptCache& cache);
   Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,
                                    std::span<const int32_t> tokens);
+  // An index entry as a fetch copied it out under the lock.
+  struct Candidate {
+    std::string file;
+    std::string fingerprint;  // hex digest recorded; empty when none
+    uint64_t generation = 0;
+  };
+  // The entry's cache when it loads, verifies, holds `key` (and matches
+  // `fingerprint`, when given); otherwise nullopt, the entry refused,
+  // dropped or (an I/O error) kept as the rules above say.
+  std::optional<PromptCache> LoadChecked(const Candidate& c, const std::string& model,
+                                         const ModelFingerprint* fingerprint, std::span<const int32_t> key);
+  // The entry sharing more tokens with `tokens` than any stored prefix of
+  // them, trimmed to those tokens, when every layer can be trimmed.
+  std::optional<Hit> FetchLonger(const std::string& model, const ModelFingerprint* fingerprint,
+                                 std::span<const int32_t> tokens, std::span<const uint64_t> hashes);
   // Counts an entry written for another model configuration, with the reason.
   void Refuse(const std::string& file, const ModelFingerprint& asked);
 };
@@ -230,7 +246,7 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
       return renamed;
     }
     AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},
-               static_cast<int64_t>(*size), DigestHex(fingerprint)});
+               static_cast<int64_t>(*size), DigestHex(fingerprint), 0, CanTrimPromptCache(cache)});
     EvictLocked();
   }
   return env->SyncDir(dir);  // the rename's durability; the entry is indexed either way
@@ -248,51 +264,82 @@ void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerpr
   last_refusal = file + ": " + why;
 }
 
+std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& c, const std::string& model,
+                                                               const ModelFingerprint* fingerprint,
+                                                               std::span<const int32_t> key) {
+  if (fingerprint != nullptr && c.fingerprint != fingerprint->digest().ToHex()) {
+    Refuse(c.file, *fingerprint);
+    return std::nullopt;
+  }
+  LoadPromptCacheOptions options;
+  options.verify = true;
+  Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(c.file), options);
+  if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) return std::nullopt;  // maybe transient: keep it
+  if (!loaded.ok() || !loaded->verified) {
+    Drop(c.file, c.generation, corrupt_dropped);
+    return std::nullopt;
+  }
+  // The key, and the layers themselves against the fingerprint asked for.
+  if (!HoldsKey(loaded->user_metadata, model, key) ||
+      (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
+    Drop(c.file, c.generation, mismatched_dropped);
+    return std::nullopt;
+  }
+  // A file can be self-consistent and still hold fewer (or more) tokens
+  // than its key names: never served as the key.
+  if (!CheckLeafTokens(loaded->cache, static_cast<int64_t>(key.size())).ok()) {
+    Drop(c.file, c.generation, corrupt_dropped);
+    return std::nullopt;
+  }
+  return std::move(loaded->cache);
+}
+
+std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const std::string& model,
+                                                                        const ModelFingerprint* fingerprint,
+                                                                        std::span<const int32_t> tokens,
+                                                                        std::span<const uint64_t> hashes) {
+  Candidate c;
+  std::vector<int32_t> key;
+  int64_t common = 0;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    const StoreIndex::Entry* prefix = index.FindLongestPrefix(model, tokens, hashes, tokens.size());
+    const int64_t at_least = prefix != nullptr ? static_cast<int64_t>(prefix->key.tokens.size()) : 0;
+    const StoreIndex::Entry* e = index.FindLonger(model, tokens, hashes, at_least, common);
+    if (e == nullptr) return std::nullopt;
+    c = Candidate{e->file, e->fingerprint, e->generation};
+    key = e->key.tokens;
+  }
+  std::optional<PromptCache> cache = LoadChecked(c, model, fingerprint, key);
+  if (!cache) return std::nullopt;
+  if (TrimEveryLeaf(*cache, static_cast<int64_t>(key.size()) - common, common)) return Hit{std::move(*cache), common};
+  if (!CanTrimPromptCache(*cache)) {
+    std::lock_guard<std::mutex> l(mu);
+    index.MarkUntrimmable(c.file, c.generation);
+  }
+  return std::nullopt;
+}
+
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const std::string& model,
                                                                           const ModelFingerprint* fingerprint,
                                                                           std::span<const int32_t> tokens) {
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
-  const std::string wanted = fingerprint != nullptr ? fingerprint->digest().ToHex() : "";
+  if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes)) return longer;
   // Each failed candidate lowers max_len, so the whole search is O(prompt).
   for (size_t max_len = tokens.size(); max_len >= 1;) {
-    std::string file, recorded;
-    uint64_t generation = 0;
+    Candidate c;
     size_t length = 0;
     {
       std::lock_guard<std::mutex> l(mu);
       const StoreIndex::Entry* e = index.FindLongestPrefix(model, tokens, hashes, max_len);
       if (e == nullptr) break;
-      file = e->file;
-      recorded = e->fingerprint;
-      generation = e->generation;
+      c = Candidate{e->file, e->fingerprint, e->generation};
       length = e->key.tokens.size();
     }
     max_len = length - 1;
-    if (fingerprint != nullptr && recorded != wanted) {
-      Refuse(file, *fingerprint);
-      continue;
+    if (std::optional<PromptCache> cache = LoadChecked(c, model, fingerprint, tokens.first(length))) {
+      return std::optional<Hit>(Hit{std::move(*cache), static_cast<int64_t>(length)});
     }
-    LoadPromptCacheOptions options;
-    options.verify = true;
-    Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(file), options);
-    if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) continue;  // maybe transient: keep it
-    if (!loaded.ok() || !loaded->verified) {
-      Drop(file, generation, corrupt_dropped);
-      continue;
-    }
-    // The key, and the layers themselves against the fingerprint asked for.
-    if (!HoldsKey(loaded->user_metadata, model, tokens.first(length)) ||
-        (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
-      Drop(file, generation, mismatched_dropped);
-      continue;
-    }
-    // A file can be self-consistent and still hold fewer (or more) tokens
-    // than its key names: never served as the key.
-    if (!CheckLeafTokens(loaded->cache, static_cast<int64_t>(length)).ok()) {
-      Drop(file, generation, corrupt_dropped);
-      continue;
-    }
-    return std::optional<Hit>(Hit{std::move(loaded->cache), static_cast<int64_t>(length)});
   }
   return std::optional<Hit>();
 }
