@@ -1,99 +1,15 @@
+// PromptCacheStore: opening and indexing a directory, saving entries.
 #include "kvstore/prompt_cache_store.h"
 
-#include <algorithm>
-#include <atomic>
 #include <mutex>
 
 #include "kvstore/model_fingerprint.h"
 #include "kvstore/prompt_cache.h"
 #include "kvstore/prompt_cache_file.h"
 #include "libkvstore/reuse/cache_leaves.h"
-#include "libkvstore/reuse/prefix_hash.h"
-#include "libkvstore/reuse/store_format.h"
-#include "libkvstore/reuse/store_index.h"
+#include "libkvstore/reuse/prompt_cache_store_impl.h"
 
 namespace kvstore {
-
-struct PromptCacheStore::Impl {
-  Env* env;
-  std::string dir;
-  PromptCacheStoreOptions options;
-  std::unique_ptr<FileLock> lock;
-
-  // Guarded by mu once Open has returned.
-  mutable std::mutex mu;
-  StoreIndex index;
-  int64_t corrupt_dropped = 0;
-  int64_t mismatched_dropped = 0;
-  int64_t fingerprint_refused = 0;
-  std::string last_refusal;
-  std::unique_ptr<WritableFile> manifest;  // append-only log
-  std::atomic<uint64_t> next_staged{0};    // names Put's temp files
-
-  std::string Path(const std::string& file) const { return dir + "/" + file; }
-
-  void Add(StoreIndex::Entry entry) {
-    const uint64_t hash = KeyHash(entry.key.model, entry.key.tokens);
-    index.Insert(std::move(entry), hash);
-  }
-
-  void LogLocked(const std::string& line) {
-    if (manifest == nullptr) return;
-    // The manifest is a hint: a failed append only costs a slower next start.
-    if (manifest->Append(std::as_bytes(std::span(line))).ok()) (void)manifest->Sync();
-  }
-
-  void AddLocked(StoreIndex::Entry entry) {
-    LogLocked(ManifestAddLine(entry.file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint));
-    Add(std::move(entry));
-  }
-
-  void RemoveLocked(const std::string& file) {
-    (void)env->RemoveFile(Path(file));
-    LogLocked(ManifestRemoveLine(file));
-  }
-
-  void EvictLocked() {
-    while (index.bytes() > options.max_bytes && index.size() > 0) {
-      const std::string victim = index.LeastRecent()->file;
-      RemoveLocked(victim);
-      index.Erase(victim);
-    }
-  }
-
-  // Forgets a bad file unless it has been replaced since it was looked up.
-  // `counter` is one of the counters above.
-  void Drop(const std::string& file, uint64_t generation, int64_t& counter) {
-    std::lock_guard<std::mutex> l(mu);
-    if (!index.Erase(file, generation)) return;
-    RemoveLocked(file);
-    ++counter;
-  }
-
-  Status IndexDirectory(StoreOpenReport& report);
-  Status Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
-             std::span<const int32_t> tokens, const PromptCache& cache);
-  Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,
-                                   std::span<const int32_t> tokens);
-  // An index entry as a fetch copied it out under the lock.
-  struct Candidate {
-    std::string file;
-    std::string fingerprint;  // hex digest recorded; empty when none
-    uint64_t generation = 0;
-  };
-  // The entry's cache when it loads, verifies, holds `key` (and matches
-  // `fingerprint`, when given); otherwise nullopt, the entry refused,
-  // dropped or (an I/O error) kept as the rules above say.
-  std::optional<PromptCache> LoadChecked(const Candidate& c, const std::string& model,
-                                         const ModelFingerprint* fingerprint, std::span<const int32_t> key);
-  // The entry sharing more tokens with `tokens` than any stored prefix of
-  // them, trimmed to those tokens, when every layer can be trimmed.
-  std::optional<Hit> FetchLonger(const std::string& model, const ModelFingerprint* fingerprint,
-                                 std::span<const int32_t> tokens, std::span<const uint64_t> hashes);
-  // Counts an entry written for another model configuration, with the reason.
-  void Refuse(const std::string& file, const ModelFingerprint& asked);
-};
-
 namespace {
 
 // What a file's header says about it as a store entry.
@@ -135,11 +51,6 @@ Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
 }
 
 std::string DigestHex(const std::optional<ModelFingerprint>& fp) { return fp ? fp->digest().ToHex() : ""; }
-
-bool HoldsKey(const Metadata& metadata, std::string_view model, std::span<const int32_t> tokens) {
-  std::optional<StoreKey> held = StoreKeyFromMetadata(metadata);
-  return held && held->model == model && std::ranges::equal(held->tokens, tokens);
-}
 
 }  // namespace
 
@@ -262,86 +173,6 @@ void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerpr
   std::lock_guard<std::mutex> l(mu);
   ++fingerprint_refused;
   last_refusal = file + ": " + why;
-}
-
-std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& c, const std::string& model,
-                                                               const ModelFingerprint* fingerprint,
-                                                               std::span<const int32_t> key) {
-  if (fingerprint != nullptr && c.fingerprint != fingerprint->digest().ToHex()) {
-    Refuse(c.file, *fingerprint);
-    return std::nullopt;
-  }
-  LoadPromptCacheOptions options;
-  options.verify = true;
-  Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(c.file), options);
-  if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) return std::nullopt;  // maybe transient: keep it
-  if (!loaded.ok() || !loaded->verified) {
-    Drop(c.file, c.generation, corrupt_dropped);
-    return std::nullopt;
-  }
-  // The key, and the layers themselves against the fingerprint asked for.
-  if (!HoldsKey(loaded->user_metadata, model, key) ||
-      (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
-    Drop(c.file, c.generation, mismatched_dropped);
-    return std::nullopt;
-  }
-  // A file can be self-consistent and still hold fewer (or more) tokens
-  // than its key names: never served as the key.
-  if (!CheckLeafTokens(loaded->cache, static_cast<int64_t>(key.size())).ok()) {
-    Drop(c.file, c.generation, corrupt_dropped);
-    return std::nullopt;
-  }
-  return std::move(loaded->cache);
-}
-
-std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const std::string& model,
-                                                                        const ModelFingerprint* fingerprint,
-                                                                        std::span<const int32_t> tokens,
-                                                                        std::span<const uint64_t> hashes) {
-  Candidate c;
-  std::vector<int32_t> key;
-  int64_t common = 0;
-  {
-    std::lock_guard<std::mutex> l(mu);
-    const StoreIndex::Entry* prefix = index.FindLongestPrefix(model, tokens, hashes, tokens.size());
-    const int64_t at_least = prefix != nullptr ? static_cast<int64_t>(prefix->key.tokens.size()) : 0;
-    const StoreIndex::Entry* e = index.FindLonger(model, tokens, hashes, at_least, common);
-    if (e == nullptr) return std::nullopt;
-    c = Candidate{e->file, e->fingerprint, e->generation};
-    key = e->key.tokens;
-  }
-  std::optional<PromptCache> cache = LoadChecked(c, model, fingerprint, key);
-  if (!cache) return std::nullopt;
-  if (TrimEveryLeaf(*cache, static_cast<int64_t>(key.size()) - common, common)) return Hit{std::move(*cache), common};
-  if (!CanTrimPromptCache(*cache)) {
-    std::lock_guard<std::mutex> l(mu);
-    index.MarkUntrimmable(c.file, c.generation);
-  }
-  return std::nullopt;
-}
-
-Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const std::string& model,
-                                                                          const ModelFingerprint* fingerprint,
-                                                                          std::span<const int32_t> tokens) {
-  const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
-  if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes)) return longer;
-  // Each failed candidate lowers max_len, so the whole search is O(prompt).
-  for (size_t max_len = tokens.size(); max_len >= 1;) {
-    Candidate c;
-    size_t length = 0;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      const StoreIndex::Entry* e = index.FindLongestPrefix(model, tokens, hashes, max_len);
-      if (e == nullptr) break;
-      c = Candidate{e->file, e->fingerprint, e->generation};
-      length = e->key.tokens.size();
-    }
-    max_len = length - 1;
-    if (std::optional<PromptCache> cache = LoadChecked(c, model, fingerprint, tokens.first(length))) {
-      return std::optional<Hit>(Hit{std::move(*cache), static_cast<int64_t>(length)});
-    }
-  }
-  return std::optional<Hit>();
 }
 
 Status PromptCacheStore::Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache) {
