@@ -47,8 +47,10 @@ BENCHMARK(BM_ServerFetchHit)->Args({32768, 1})->Args({32768, 4});
 
 // A miss of a prompt of range(0) tokens on a store of 300 entries whose
 // keys have 300 lengths between 64 and ~4k tokens (the prompt shares its
-// first 32 tokens with the 64-token key): what the disk tier adds to
-// ServerPromptCache's miss path. In-memory Env: a miss reads no file.
+// first 31 tokens with the 64-token key: one short of the 32-token granule
+// from which a longer entry is trimmed and served): what the disk tier
+// adds to ServerPromptCache's miss path. In-memory Env: a miss reads no
+// file.
 void BM_StoreMiss(benchmark::State& state) {
   const size_t tokens = static_cast<size_t>(state.range(0));
   std::unique_ptr<kvstore::Env> env = kvstore::NewMemEnv();
@@ -58,19 +60,26 @@ void BM_StoreMiss(benchmark::State& state) {
     return;
   }
   std::unique_ptr<kvstore::PromptCacheStore> store = std::move(opened).value();
-  auto kv = std::make_shared<kvstore::KVCache>();
-  kvstore::Array a = kvstore::Array::Zeros(kvstore::DType::kF16, {1, 1, 4, 64});
-  (void)kv->SetState(kvstore::CacheState({a, a}));
-  const kvstore::PromptCache small = {kv};
   std::mt19937 rng(1);
   std::vector<int32_t> query;
   for (int i = 0; i < 300; ++i) {
     std::vector<int32_t> key(static_cast<size_t>(64 + i * 13));
     for (auto& t : key) t = static_cast<int32_t>(rng() % 50000);
-    if (i == 0) query.assign(key.begin(), key.begin() + 32);
-    (void)store->Put("m", key, small);
+    if (i == 0) query.assign(key.begin(), key.begin() + 31);
+    // One head of one dimension: an entry holds as many tokens as its key, in few bytes.
+    auto kv = std::make_shared<kvstore::KVCache>();
+    kvstore::Array a = kvstore::Array::Zeros(kvstore::DType::kF16, {1, 1, static_cast<int64_t>(key.size()), 1});
+    (void)kv->SetState(kvstore::CacheState({a, a}));
+    if (!store->Put("m", key, {kv}).ok()) {
+      state.SkipWithError("put failed");
+      return;
+    }
   }
   while (query.size() < tokens) query.push_back(static_cast<int32_t>(rng() % 50000));
+  if (auto hit = store->FetchLongestPrefix("m", query); !hit.ok() || hit->has_value()) {
+    state.SkipWithError("not a miss");
+    return;
+  }
   for (auto _ : state) {
     auto hit = store->FetchLongestPrefix("m", query);
     benchmark::DoNotOptimize(hit);

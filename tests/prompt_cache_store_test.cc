@@ -34,9 +34,7 @@ TEST_F(PromptCacheStoreTest, ServesTheLongestStoredPrefixOfTheSameModel) {
 TEST_F(PromptCacheStoreTest, CorruptFileIsAMissAndRemoved) {
   PutAll({{{1, 2, 3}, 7}});
   const std::string name = FileOf({1, 2, 3});
-  std::vector<std::byte> bytes = testing::FileBytes(env_.get(), Path(name));
-  bytes[bytes.size() - 3] ^= std::byte{0x40};  // a tensor byte
-  ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), bytes));
+  CorruptTensorByte(name);
 
   std::unique_ptr<PromptCacheStore> store = OpenStore();
   EXPECT_EQ(Fetch(*store, {1, 2, 3, 4}), -1);
@@ -137,16 +135,16 @@ TEST_F(PromptCacheStoreTest, EvictsTheLeastRecentlyUsedOverBudget) {
   int64_t one = 0;
   {
     std::unique_ptr<PromptCacheStore> probe = OpenStore();
-    ASSERT_OK(probe->Put("m", Tokens{100}, CacheOf(4, 1)));
+    ASSERT_OK(probe->Put("m", Tokens{100}, CacheOf(1, 1)));
     one = probe->bytes();
   }
   ASSERT_OK(env_->RemoveFile(Path(FileOf({100}))));
   ASSERT_OK(env_->RemoveFile(Path("MANIFEST")));
   std::unique_ptr<PromptCacheStore> store = OpenStore(nullptr, 2 * one + one / 2);
-  ASSERT_OK(store->Put("m", Tokens{101}, CacheOf(4, 1)));
-  ASSERT_OK(store->Put("m", Tokens{102}, CacheOf(4, 2)));
+  ASSERT_OK(store->Put("m", Tokens{101}, CacheOf(1, 1)));
+  ASSERT_OK(store->Put("m", Tokens{102}, CacheOf(1, 2)));
   EXPECT_EQ(Fetch(*store, {101, 0}), 1);  // 101 becomes the most recent
-  ASSERT_OK(store->Put("m", Tokens{103}, CacheOf(4, 3)));
+  ASSERT_OK(store->Put("m", Tokens{103}, CacheOf(1, 3)));
   EXPECT_EQ(store->entries(), 2);
   EXPECT_EQ(Fetch(*store, {102, 0}), -1);
   EXPECT_EQ(Fetch(*store, {101, 0}), 1);

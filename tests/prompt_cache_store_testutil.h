@@ -70,6 +70,13 @@ class PromptCacheStoreTest : public ::testing::Test {
 
   std::string Path(const std::string& name) const { return std::string(kDir) + "/" + name; }
 
+  // Flips a bit of a tensor byte of the store file `name` (digests then fail).
+  void CorruptTensorByte(const std::string& name) {
+    std::vector<std::byte> bytes = testing::FileBytes(env_.get(), Path(name));
+    bytes[bytes.size() - 3] ^= std::byte{0x40};
+    ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), bytes));
+  }
+
   void Rename(const std::string& from, const std::string& to) { ASSERT_OK(env_->RenameFile(Path(from), Path(to))); }
 
   void Swap(const std::string& a, const std::string& b) {

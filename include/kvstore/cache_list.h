@@ -39,7 +39,12 @@ class CacheList : public Cache {
   bool Empty() const override;    // first child's
   Result<int64_t> Nbytes() const override;
   bool IsTrimmable() const override;
-  // Trims every child; returns the last child's count (mlx-lm).
+  // Trims every child by n (each trims what it can: min(n, what it holds))
+  // and returns the last child's count, as mlx-lm's CacheList.trim. Children
+  // holding different token counts trim different amounts, so the count says
+  // nothing about the others: a caller that needs every child to have given
+  // back exactly n checks each child (e.g. its offset()).
+  // InvalidArgument without children.
   Result<int64_t> Trim(int64_t n) override;
 
   Status Prepare(const PrepareArgs& args) override;

@@ -18,10 +18,12 @@
 // a file it cannot read for an I/O error is left in place, not indexed.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares
-// the key recorded in the file with the key asked for. A corrupt file, or
-// one holding another key, is a miss: the entry is dropped (its file
-// removed), counted (corrupt_dropped(), mismatched_dropped()), and the
-// next shorter stored prefix is tried. A longest-prefix lookup costs
+// the key recorded in the file with the key asked for, and every layer's
+// token offset with the key's length. A corrupt file (layers holding
+// another number of tokens than the key included), or one holding another
+// key, is a miss: the entry is dropped (its file removed), counted
+// (corrupt_dropped(), mismatched_dropped()), and the next shorter stored
+// prefix is tried. A longest-prefix lookup costs
 // O(prompt) (one incremental hash per prefix length, exact key comparison
 // on a hash match). Disk usage is bounded by max_bytes with LRU eviction.
 //
@@ -33,7 +35,10 @@
 // One process owns a directory at a time: Open() takes an exclusive lock on
 // <dir>/LOCK and fails with FailedPrecondition ("held by another process")
 // for a second owner. Thread-safe: all members may be called concurrently;
-// loads and saves run outside the store's lock.
+// loads and saves run outside the store's lock, while a Put's final rename
+// and its index update happen together under it (so a concurrent fetch
+// that drops the file it replaces, or an eviction, cannot remove the new
+// file before it is indexed).
 #ifndef KVSTORE_PROMPT_CACHE_STORE_H_
 #define KVSTORE_PROMPT_CACHE_STORE_H_
 
@@ -78,7 +83,10 @@ class PromptCacheStore {
   // Saves (atomically) the cache for (model, tokens), replacing an entry
   // with the same key, then evicts least recently used files over budget.
   // Records the cache's fingerprint under `model` when it has one.
-  // InvalidArgument for empty tokens (such an entry could never be served).
+  // InvalidArgument for empty tokens (such an entry could never be served)
+  // and for a layer (CacheList children included) whose token offset is not
+  // tokens.size() (a RotatingKVCache counts every token it has seen; the
+  // snapshot layers ArraysCache and MambaCache have no offset and are exempt).
   Status Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache);
   // The same under the key model.model_id(), recording `model`;
   // InvalidArgument when the cache does not match it.
@@ -88,9 +96,14 @@ class PromptCacheStore {
     PromptCache cache;
     int64_t length = 0;  // tokens the cache covers (a prefix of the query)
   };
-  // The entry with the longest key that is a prefix of `tokens` (the whole
-  // of `tokens` included), loaded and verified; nullopt on a miss. A file
-  // that cannot be read for an I/O error is skipped but kept.
+  // The longest reusable prefix of `tokens`, loaded and verified: the entry
+  // with the longest key that is a prefix of `tokens` (the whole of
+  // `tokens` included), or, when an entry shares more tokens with `tokens`
+  // than that one (a longer prompt, or one whose last message was edited)
+  // and every layer of it can be trimmed, that entry trimmed to the tokens
+  // it shares (found in O(prompt / 32) probes; an entry indexed at Open is
+  // loaded once to learn whether it can be trimmed). nullopt on a miss. A
+  // file that cannot be read for an I/O error is skipped but kept.
   Result<std::optional<Hit>> FetchLongestPrefix(const std::string& model, std::span<const int32_t> tokens);
   // The same for model.model_id(), served only from entries that record
   // this fingerprint; an entry that records another one (or none) is

@@ -24,7 +24,9 @@
 // refreshes recency (a true LRU); any prefix, 1 token included, is
 // reusable; the byte budget is enforced at insert; a fetch returns
 // copy-on-write copies (O(layers), no byte copy); an exact match is served
-// only when every layer trimmed the one token that must be left to process.
+// only when every layer trimmed the one token that must be left to process;
+// when they cannot, each tier is asked again for the prompt less its last
+// token (a checkpoint there is served as is).
 //
 // Thread safety: every member may be called from many threads. The lock is
 // held only to look up or link entries, never while copying caches or doing
@@ -80,8 +82,11 @@ class ServerPromptCache {
   // entry of its own (what a cache that cannot be trimmed is served from);
   // the shared tier stores its chunks once and snapshot layers at those
   // boundaries. InvalidArgument when `tokens` is empty, a cache does not
-  // match `model` or a checkpoint lies outside `tokens`; the disk tier's
-  // errors.
+  // match `model`, a checkpoint lies outside `tokens`, or a layer (CacheList
+  // children included) has a token offset other than the number of tokens
+  // it is stored under ("layer 0 (KVCache): offset 50 != 100 tokens";
+  // ArraysCache/MambaCache snapshots have no offset and are exempt); the
+  // disk tier's errors.
   Status Insert(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
                 std::span<const PromptCacheCheckpoint> checkpoints = {});
 
@@ -97,6 +102,9 @@ class ServerPromptCache {
  private:
   struct Candidate;
   Result<std::optional<Hit>> Serve(const Candidate& c, std::span<const int32_t> tokens);
+  Result<std::optional<Hit>> FromMemory(const std::string& key, std::span<const int32_t> tokens);
+  // A disk hit reusing more than `reused` tokens, kept in memory too.
+  Result<std::optional<Hit>> FromDisk(const ModelFingerprint& model, std::span<const int32_t> tokens, int64_t reused);
   void Remember(const std::string& key, std::span<const int32_t> tokens, const PromptCache& cache);
   void Count(const std::optional<Hit>& hit);
 

@@ -164,7 +164,7 @@ Result<int64_t> CacheList::Trim(int64_t n) {
     if (trimmed.ok()) last = *trimmed;
     return trimmed.status();
   }));
-  return last;  // the last child's count, as upstream
+  return last;
 }
 
 Status CacheList::Prepare(const PrepareArgs& args) {

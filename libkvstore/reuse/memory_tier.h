@@ -5,9 +5,7 @@
 //     one hash probe per prefix length);
 //   * among entries whose every layer can be trimmed, the one sharing the
 //     longest common prefix with the query, even when it is longer (the
-//     "edit the last message" case): each such entry registers a hash of
-//     its first k*G tokens for every k, so the lookup probes O(query / G)
-//     hashes and compares at most kMaxCandidates entries token by token.
+//     "edit the last message" case): a GranuleIndex, O(query / 32) probes.
 // Keys are always compared exactly: a hash match alone serves nothing.
 // Not thread-safe: ServerPromptCache's lock guards it. Caches are
 // immutable once inserted; callers copy them outside the lock.
@@ -24,14 +22,12 @@
 #include <vector>
 
 #include "kvstore/cache.h"
+#include "libkvstore/reuse/granule_index.h"
 
 namespace kvstore {
 
 class MemoryTier {
  public:
-  static constexpr int64_t kGranule = 32;  // G
-  static constexpr int kMaxCandidates = 8;
-
   MemoryTier(int64_t max_entries, int64_t max_bytes) : max_entries_(max_entries), max_bytes_(max_bytes) {}
 
   struct Found {
@@ -66,13 +62,11 @@ class MemoryTier {
   };
   void Erase(uint64_t key_hash);
   void Touch(Entry& e);
-  std::optional<Found> FindLonger(const std::string& model, std::span<const int32_t> tokens,
-                                  const std::vector<uint64_t>& prefix_hashes, int64_t at_least);
 
   int64_t max_entries_;
   int64_t max_bytes_;
   std::unordered_map<uint64_t, Entry> entries_;                // key hash -> entry
-  std::unordered_multimap<uint64_t, uint64_t> granules_;      // hash of a k*G prefix -> key hash
+  GranuleIndex<uint64_t> granules_;                            // trimmable entries, by key hash
   std::list<uint64_t> lru_;                                    // front = most recent
   int64_t bytes_ = 0;
 };

@@ -1,80 +1,15 @@
+// PromptCacheStore: opening and indexing a directory, saving entries.
 #include "kvstore/prompt_cache_store.h"
 
-#include <algorithm>
 #include <mutex>
 
 #include "kvstore/model_fingerprint.h"
+#include "kvstore/prompt_cache.h"
 #include "kvstore/prompt_cache_file.h"
-#include "libkvstore/reuse/prefix_hash.h"
-#include "libkvstore/reuse/store_format.h"
-#include "libkvstore/reuse/store_index.h"
+#include "libkvstore/reuse/cache_leaves.h"
+#include "libkvstore/reuse/prompt_cache_store_impl.h"
 
 namespace kvstore {
-
-struct PromptCacheStore::Impl {
-  Env* env;
-  std::string dir;
-  PromptCacheStoreOptions options;
-  std::unique_ptr<FileLock> lock;
-
-  // Guarded by mu once Open has returned.
-  mutable std::mutex mu;
-  StoreIndex index;
-  int64_t corrupt_dropped = 0;
-  int64_t mismatched_dropped = 0;
-  int64_t fingerprint_refused = 0;
-  std::string last_refusal;
-  std::unique_ptr<WritableFile> manifest;  // append-only log
-
-  std::string Path(const std::string& file) const { return dir + "/" + file; }
-
-  void Add(StoreIndex::Entry entry) {
-    const uint64_t hash = KeyHash(entry.key.model, entry.key.tokens);
-    index.Insert(std::move(entry), hash);
-  }
-
-  void LogLocked(const std::string& line) {
-    if (manifest == nullptr) return;
-    // The manifest is a hint: a failed append only costs a slower next start.
-    if (manifest->Append(std::as_bytes(std::span(line))).ok()) (void)manifest->Sync();
-  }
-
-  void AddLocked(StoreIndex::Entry entry) {
-    LogLocked(ManifestAddLine(entry.file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint));
-    Add(std::move(entry));
-  }
-
-  void RemoveLocked(const std::string& file) {
-    (void)env->RemoveFile(Path(file));
-    LogLocked(ManifestRemoveLine(file));
-  }
-
-  void EvictLocked() {
-    while (index.bytes() > options.max_bytes && index.size() > 0) {
-      const std::string victim = index.LeastRecent()->file;
-      RemoveLocked(victim);
-      index.Erase(victim);
-    }
-  }
-
-  // Forgets a bad file unless it has been replaced since it was looked up.
-  // `counter` is one of the counters above.
-  void Drop(const std::string& file, uint64_t generation, int64_t& counter) {
-    std::lock_guard<std::mutex> l(mu);
-    if (!index.Erase(file, generation)) return;
-    RemoveLocked(file);
-    ++counter;
-  }
-
-  Status IndexDirectory(StoreOpenReport& report);
-  Status Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
-             std::span<const int32_t> tokens, const PromptCache& cache);
-  Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,
-                                   std::span<const int32_t> tokens);
-  // Counts an entry written for another model configuration, with the reason.
-  void Refuse(const std::string& file, const ModelFingerprint& asked);
-};
-
 namespace {
 
 // What a file's header says about it as a store entry.
@@ -116,11 +51,6 @@ Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
 }
 
 std::string DigestHex(const std::optional<ModelFingerprint>& fp) { return fp ? fp->digest().ToHex() : ""; }
-
-bool HoldsKey(const Metadata& metadata, std::string_view model, std::span<const int32_t> tokens) {
-  std::optional<StoreKey> held = StoreKeyFromMetadata(metadata);
-  return held && held->model == model && std::ranges::equal(held->tokens, tokens);
-}
 
 }  // namespace
 
@@ -200,6 +130,7 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
 Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
                                    std::span<const int32_t> tokens, const PromptCache& cache) {
   if (tokens.empty()) return Status::InvalidArgument("PromptCacheStore: empty token key");
+  KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("PromptCacheStore"));
   const std::string file = StoreFileName(model, tokens);
   Metadata metadata = StoreKeyMetadata(model, tokens);
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
@@ -207,13 +138,29 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   // layout, which (unlike the 0.31 release's) holds every ArraysCache.
   SavePromptCacheOptions options;
   options.layout = PromptCacheLayout::kMlxLm;
-  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(file), cache, metadata, options));
-  KV_ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(Path(file)));
-  std::lock_guard<std::mutex> l(mu);
-  AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())}, static_cast<int64_t>(size),
-             DigestHex(fingerprint)});
-  EvictLocked();
-  return Status::OK();
+  // Saved under a temp name (Open removes leftovers), then renamed into
+  // place under the lock together with the index update: a Drop of the
+  // entry this replaces (a fetch that found the old file corrupt) or an
+  // eviction can then never remove the new file before it is indexed.
+  const std::string staged =
+      file + ".kvtmp-" + std::to_string(env->ProcessId()) + "-put" + std::to_string(next_staged.fetch_add(1));
+  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(staged), cache, metadata, options));
+  Result<uint64_t> size = env->GetFileSize(Path(staged));
+  if (!size.ok()) {
+    (void)env->RemoveFile(Path(staged));
+    return size.status();
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (Status renamed = env->RenameFile(Path(staged), Path(file)); !renamed.ok()) {
+      (void)env->RemoveFile(Path(staged));
+      return renamed;
+    }
+    AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},
+               static_cast<int64_t>(*size), DigestHex(fingerprint), 0, CanTrimPromptCache(cache)});
+    EvictLocked();
+  }
+  return env->SyncDir(dir);  // the rename's durability; the entry is indexed either way
 }
 
 void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerprint& asked) {
@@ -226,49 +173,6 @@ void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerpr
   std::lock_guard<std::mutex> l(mu);
   ++fingerprint_refused;
   last_refusal = file + ": " + why;
-}
-
-Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const std::string& model,
-                                                                          const ModelFingerprint* fingerprint,
-                                                                          std::span<const int32_t> tokens) {
-  const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
-  const std::string wanted = fingerprint != nullptr ? fingerprint->digest().ToHex() : "";
-  // Each failed candidate lowers max_len, so the whole search is O(prompt).
-  for (size_t max_len = tokens.size(); max_len >= 1;) {
-    std::string file, recorded;
-    uint64_t generation = 0;
-    size_t length = 0;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      const StoreIndex::Entry* e = index.FindLongestPrefix(model, tokens, hashes, max_len);
-      if (e == nullptr) break;
-      file = e->file;
-      recorded = e->fingerprint;
-      generation = e->generation;
-      length = e->key.tokens.size();
-    }
-    max_len = length - 1;
-    if (fingerprint != nullptr && recorded != wanted) {
-      Refuse(file, *fingerprint);
-      continue;
-    }
-    LoadPromptCacheOptions options;
-    options.verify = true;
-    Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(file), options);
-    if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) continue;  // maybe transient: keep it
-    if (!loaded.ok() || !loaded->verified) {
-      Drop(file, generation, corrupt_dropped);
-      continue;
-    }
-    // The key, and the layers themselves against the fingerprint asked for.
-    if (!HoldsKey(loaded->user_metadata, model, tokens.first(length)) ||
-        (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
-      Drop(file, generation, mismatched_dropped);
-      continue;
-    }
-    return std::optional<Hit>(Hit{std::move(loaded->cache), static_cast<int64_t>(length)});
-  }
-  return std::optional<Hit>();
 }
 
 Status PromptCacheStore::Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache) {

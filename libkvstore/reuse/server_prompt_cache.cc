@@ -3,6 +3,7 @@
 #include "kvstore/server_prompt_cache.h"
 
 #include "kvstore/prompt_cache.h"
+#include "libkvstore/reuse/cache_leaves.h"
 #include "libkvstore/reuse/memory_tier.h"
 
 namespace kvstore {
@@ -36,7 +37,9 @@ ServerPromptCache::~ServerPromptCache() = default;
 
 // Copies (copy-on-write) and trims to the tokens that may be reused: to
 // the common prefix, leaving at least one token of the query to process.
-// Any layer that does not trim exactly makes it a miss.
+// Every leaf (CacheList children included) must trim exactly and end at
+// `reused`, or it is a miss: a CacheList's own count speaks for its last
+// child only.
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Candidate& c,
                                                                        std::span<const int32_t> tokens) {
   const int64_t reused = c.Potential(static_cast<int64_t>(tokens.size()));
@@ -46,12 +49,7 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Can
   hit.reused = reused;
   hit.foreign_tokens = std::min(c.foreign_tokens, reused);
   for (const auto& layer : *c.cache) hit.cache.push_back(std::shared_ptr<Cache>(layer->Copy()));
-  if (const int64_t cut = c.length - reused; cut > 0) {
-    for (const auto& layer : hit.cache) {
-      Result<int64_t> t = layer->IsTrimmable() ? layer->Trim(cut) : Result<int64_t>(int64_t{0});
-      if (!t.ok() || *t != cut) return std::optional<Hit>();
-    }
-  }
+  if (!TrimEveryLeaf(hit.cache, c.length - reused, reused)) return std::optional<Hit>();
   return std::optional<Hit>(std::move(hit));
 }
 
@@ -77,37 +75,64 @@ void ServerPromptCache::Count(const std::optional<Hit>& hit) {
   stats_.tokens_reused += hit->reused;
 }
 
+// A cache stored for exactly the query must give its last token back;
+// when its layers cannot (a hybrid model's snapshots), the tiers are asked
+// again for the query less that token, as mlx-lm's server then looks for a
+// shorter checkpoint. So each tier is asked for `tokens`, then, only when
+// it offered an entry of the query's whole length that could not be
+// served, for tokens.first(q - 1).
+Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromMemory(const std::string& key,
+                                                                            std::span<const int32_t> tokens) {
+  const int64_t q = static_cast<int64_t>(tokens.size());
+  for (int64_t query : {q, q - 1}) {
+    if (query < 1) break;
+    MemoryTier::Lookup found;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      found = memory_->Find(key, tokens.first(static_cast<size_t>(query)));
+    }
+    // The candidates, the more promising first.
+    std::vector<Candidate> candidates;
+    if (found.prefix) candidates.push_back({found.prefix->cache, found.prefix->length, found.prefix->length});
+    if (found.longer) candidates.push_back({found.longer->cache, found.longer->length, found.longer->common});
+    std::sort(candidates.begin(), candidates.end(),
+              [&](const Candidate& a, const Candidate& b) { return a.Potential(q) > b.Potential(q); });
+    for (const Candidate& c : candidates) {
+      KV_ASSIGN_OR_RETURN(std::optional<Hit> hit, Serve(c, tokens));
+      if (hit) return hit;
+    }
+    if (!found.prefix || found.prefix->length < q) break;
+  }
+  return std::optional<Hit>();
+}
+
+Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromDisk(const ModelFingerprint& model,
+                                                                          std::span<const int32_t> tokens,
+                                                                          int64_t reused) {
+  const int64_t q = static_cast<int64_t>(tokens.size());
+  for (int64_t query : {q, q - 1}) {
+    if (query < 1) break;
+    KV_ASSIGN_OR_RETURN(auto disk, options_.disk->FetchLongestPrefix(model, tokens.first(static_cast<size_t>(query))));
+    if (!disk || std::min(disk->length, q - 1) <= reused) break;
+    auto cache = std::make_shared<const PromptCache>(std::move(disk->cache));
+    KV_ASSIGN_OR_RETURN(auto hit, Serve({cache, disk->length, disk->length, PromptCacheTier::kDisk}, tokens));
+    if (hit) {
+      Remember(model.digest().ToHex(), tokens.first(static_cast<size_t>(disk->length)), *cache);
+      return hit;
+    }
+    if (disk->length < q) break;
+  }
+  return std::optional<Hit>();
+}
+
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const ModelFingerprint& model,
                                                                        std::span<const int32_t> tokens) {
-  const std::string key = model.digest().ToHex();
   const int64_t q = static_cast<int64_t>(tokens.size());
-  MemoryTier::Lookup found;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    found = memory_->Find(key, tokens);
-  }
-  std::optional<Hit> best;
-  // The memory candidates, the more promising first.
-  std::vector<Candidate> memory;
-  if (found.prefix) memory.push_back({found.prefix->cache, found.prefix->length, found.prefix->length});
-  if (found.longer) memory.push_back({found.longer->cache, found.longer->length, found.longer->common});
-  std::sort(memory.begin(), memory.end(),
-            [&](const Candidate& a, const Candidate& b) { return a.Potential(q) > b.Potential(q); });
-  for (const Candidate& c : memory) {
-    KV_ASSIGN_OR_RETURN(best, Serve(c, tokens));
-    if (best) break;
-  }
+  KV_ASSIGN_OR_RETURN(std::optional<Hit> best, FromMemory(model.digest().ToHex(), tokens));
   auto reused = [&] { return best ? best->reused : 0; };
   if (options_.disk != nullptr && reused() < q - 1) {
-    KV_ASSIGN_OR_RETURN(auto disk, options_.disk->FetchLongestPrefix(model, tokens));
-    if (disk && std::min(disk->length, q - 1) > reused()) {
-      auto cache = std::make_shared<const PromptCache>(std::move(disk->cache));
-      KV_ASSIGN_OR_RETURN(auto hit, Serve({cache, disk->length, disk->length, PromptCacheTier::kDisk}, tokens));
-      if (hit) {
-        Remember(key, tokens.first(static_cast<size_t>(disk->length)), *cache);
-        best = std::move(hit);
-      }
-    }
+    KV_ASSIGN_OR_RETURN(auto hit, FromDisk(model, tokens, reused()));
+    if (hit) best = std::move(hit);
   }
   SharedPromptCache* shared = options_.shared;
   if (shared != nullptr && q / shared->chunk_tokens() * shared->chunk_tokens() > reused()) {
@@ -120,7 +145,7 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const Mod
       KV_ASSIGN_OR_RETURN(auto hit, Serve({cache, got->tokens, got->tokens, PromptCacheTier::kShared,
                                            got->foreign_tokens}, tokens));
       if (hit) {
-        Remember(key, tokens.first(static_cast<size_t>(got->tokens)), *cache);
+        Remember(model.digest().ToHex(), tokens.first(static_cast<size_t>(got->tokens)), *cache);
         best = std::move(hit);
         break;
       }
@@ -135,12 +160,15 @@ Status ServerPromptCache::Insert(const ModelFingerprint& model, std::span<const 
                                  const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
   if (tokens.empty()) return Status::InvalidArgument("ServerPromptCache: empty token key");
   KV_RETURN_IF_ERROR(model.Check(cache));
+  KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("ServerPromptCache"));
   for (const PromptCacheCheckpoint& cp : checkpoints) {
     if (cp.tokens < 1 || cp.tokens > static_cast<int64_t>(tokens.size())) {
       return Status::InvalidArgument("ServerPromptCache: a checkpoint at " + std::to_string(cp.tokens) +
                                      " tokens is outside the prompt");
     }
     KV_RETURN_IF_ERROR(model.Check(cp.cache));
+    KV_RETURN_IF_ERROR(CheckLeafTokens(cp.cache, cp.tokens)
+                           .WithPrefix("ServerPromptCache: checkpoint at " + std::to_string(cp.tokens) + " tokens"));
   }
   const std::string key = model.digest().ToHex();
   Remember(key, tokens, cache);

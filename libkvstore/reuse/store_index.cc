@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "libkvstore/reuse/prefix_hash.h"
+
 namespace kvstore {
 
 const StoreIndex::Entry& StoreIndex::Insert(Entry entry, uint64_t key_hash) {
@@ -16,6 +18,10 @@ const StoreIndex::Entry& StoreIndex::Insert(Entry entry, uint64_t key_hash) {
   ++lengths_[node.entry.key.tokens.size()];
   lru_.push_front(&node);
   node.lru = lru_.begin();
+  node.granules.clear();
+  if (node.entry.may_trim) {
+    node.granules = granules_.Add(&node, PrefixHashes(node.entry.key.model, node.entry.key.tokens));
+  }
   return node.entry;
 }
 
@@ -27,6 +33,8 @@ void StoreIndex::Unlink(Node& node) {
       break;
     }
   }
+  granules_.Remove(&node, node.granules);
+  node.granules.clear();
   auto length = lengths_.find(node.entry.key.tokens.size());
   if (--length->second == 0) lengths_.erase(length);
   lru_.erase(node.lru);
@@ -59,6 +67,28 @@ const StoreIndex::Entry* StoreIndex::FindLongestPrefix(std::string_view model, s
     }
   }
   return nullptr;
+}
+
+const StoreIndex::Entry* StoreIndex::FindLonger(std::string_view model, std::span<const int32_t> tokens,
+                                                std::span<const uint64_t> prefix_hashes, int64_t at_least,
+                                                int64_t& common) {
+  const auto sequence_of = [](Node* node) {
+    return GranuleIndex<Node*>::Sequence{node->entry.key.model, node->entry.key.tokens};
+  };
+  const auto match = granules_.FindLonger(model, tokens, prefix_hashes, at_least, sequence_of);
+  if (!match) return nullptr;
+  common = match->common;
+  lru_.splice(lru_.begin(), lru_, match->id->lru);
+  return &match->id->entry;
+}
+
+void StoreIndex::MarkUntrimmable(const std::string& file, uint64_t generation) {
+  auto it = by_file_.find(file);
+  if (it == by_file_.end() || it->second.entry.generation != generation) return;
+  Node& node = it->second;
+  node.entry.may_trim = false;
+  granules_.Remove(&node, node.granules);
+  node.granules.clear();
 }
 
 const StoreIndex::Entry* StoreIndex::LeastRecent() const { return lru_.empty() ? nullptr : &lru_.back()->entry; }

@@ -1,8 +1,10 @@
 // The in-memory index of a PromptCacheStore: its entries by file name, by
 // key hash and by recency. A longest-prefix lookup probes the hash of each
 // key length the index holds, longest first: O(distinct lengths) probes
-// over prefix hashes computed once per prompt. Not thread-safe: the
-// store's mutex guards it.
+// over prefix hashes computed once per prompt. Entries that may be
+// trimmable are also in a GranuleIndex, which finds the one sharing the
+// longest common prefix with a prompt even when it is longer. Not
+// thread-safe: the store's mutex guards it.
 #ifndef KVSTORE_LIBKVSTORE_REUSE_STORE_INDEX_H_
 #define KVSTORE_LIBKVSTORE_REUSE_STORE_INDEX_H_
 
@@ -16,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "libkvstore/reuse/granule_index.h"
 #include "libkvstore/reuse/store_format.h"
 
 namespace kvstore {
@@ -28,6 +31,10 @@ class StoreIndex {
     int64_t bytes = 0;
     std::string fingerprint{};  // hex digest of the model fingerprint in the file; empty when none
     uint64_t generation = 0;  // set by Insert: tells a replaced file from the one a reader saw
+    // False once the cache is known to have a layer that cannot be trimmed
+    // (known at a Put, learned at a load): such an entry serves only
+    // prompts it is a prefix of.
+    bool may_trim = true;
   };
 
   StoreIndex() = default;
@@ -49,6 +56,15 @@ class StoreIndex {
   const Entry* FindLongestPrefix(std::string_view model, std::span<const int32_t> tokens,
                                  std::span<const uint64_t> prefix_hashes, size_t max_len);
 
+  // The entry that may be trimmed sharing the most tokens (more than
+  // `at_least`) with `tokens` as `common`, made the most recently used;
+  // nullptr when none does. REQUIRES: prefix_hashes as for FindLongestPrefix.
+  const Entry* FindLonger(std::string_view model, std::span<const int32_t> tokens,
+                          std::span<const uint64_t> prefix_hashes, int64_t at_least, int64_t& common);
+  // Records that the entry of `file`, when still of `generation`, cannot
+  // be trimmed: FindLonger no longer offers it.
+  void MarkUntrimmable(const std::string& file, uint64_t generation);
+
   // The least recently used entry; nullptr when empty.
   const Entry* LeastRecent() const;
   // Calls `fn` on every entry, least recently used first.
@@ -62,6 +78,7 @@ class StoreIndex {
     Entry entry;
     uint64_t key_hash = 0;
     std::list<Node*>::iterator lru;
+    std::vector<uint64_t> granules;  // registered in granules_ (entries that may trim)
   };
   void Unlink(Node& node);
 
@@ -69,6 +86,7 @@ class StoreIndex {
   std::unordered_multimap<uint64_t, Node*> by_hash_;
   std::list<Node*> lru_;  // front = most recently used
   std::map<size_t, int64_t> lengths_;  // key length (tokens) -> entries of that length
+  GranuleIndex<Node*> granules_;
   int64_t bytes_ = 0;
   uint64_t next_generation_ = 1;
 };

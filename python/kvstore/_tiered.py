@@ -77,8 +77,9 @@ class TieredPromptCache:
     The memory tier is mlx-lm's LRUPromptCache policy (the same trie search, tiers by
     ``cache_type``, prefix removal and eviction; fetches return deep copies), so memory
     hits are exactly what LRUPromptCache returns. On a memory miss the disk tier
-    (``directory``, at most ``disk_bytes``) serves the longest stored prefix of the
-    tokens, verified against its SHA-256 digests; a corrupt or unreadable file is a miss
+    (``directory``, at most ``disk_bytes``) serves the longest reusable prefix of the
+    tokens (a stored prefix, or a longer trimmable entry trimmed to the common prefix),
+    verified against its SHA-256 digests; a corrupt or unreadable file is a miss
     (logged), never an exception. Inserts go to memory at once and to disk on a
     background thread; ``close()`` (also on ``with`` exit and at interpreter exit)
     flushes them. A server restarted on the same directory serves its old prefixes.
