@@ -123,6 +123,7 @@ class SharedPromptCache {
     int64_t forged = 0;      // unsealed or failing the HMAC (with a secret)
     int64_t mismatched = 0;  // valid, but not the value asked for (copied or colliding)
     int64_t deleted = 0;     // keys deleted after one of the three above
+    int64_t rebuild_failures = 0;  // boundaries whose checked values did not rebuild (then a shorter one is tried)
     int64_t backend_errors = 0;
     int64_t unsupported = 0;  // calls for a model the tier cannot chunk
     int64_t inserts = 0;

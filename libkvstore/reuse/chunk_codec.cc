@@ -73,8 +73,11 @@ std::string LayerListProblem(const ChunkHeader& h, const ChunkRequest& r) {
   for (const LeafInfo& leaf : *r.leaves) {
     const bool has = seen.erase(leaf.path) > 0;
     const bool allowed = r.kind == ChunkKind::kRows ? leaf.kind != LeafKind::kSnapshot : leaf.kind != LeafKind::kRows;
+    // A rows value needs every rows leaf (rotating rows are optional); a
+    // snapshot value every leaf that is not a rows leaf.
+    const bool required = r.kind == ChunkKind::kRows ? leaf.kind == LeafKind::kRows : allowed;
     if (has && !allowed) return "carries layer " + leaf.path + ", which this kind of value cannot hold";
-    if (!has && r.kind == ChunkKind::kRows && leaf.kind == LeafKind::kRows) return "lacks layer " + leaf.path;
+    if (!has && required) return "lacks layer " + leaf.path;
     if (has && r.kind == ChunkKind::kRows && leaf.kind == LeafKind::kRotating &&
         (h.index + 1) * h.chunk_tokens > leaf.spec->max_size) {
       return "carries rows of rotating layer " + leaf.path + " beyond its window";

@@ -166,7 +166,14 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       it = static_cast<int64_t>(it->second.size()) == k ? std::next(it) : inputs.rows.erase(it);
     }
     Result<PromptCache> cache = RebuildPromptCache(ns.fingerprint.spec(), inputs);
-    if (!cache.ok()) return cache.status();  // a bug: the checks above make every leaf whole
+    if (!cache.ok()) {
+      // The checks above should make every leaf whole; if values that
+      // passed them still do not, this boundary is a miss, not an error.
+      Add(&Stats::rebuild_failures);
+      std::lock_guard<std::mutex> l(stats_mu);
+      stats.last_refusal = std::string(cache.status().message());
+      continue;
+    }
     Add(&Stats::hits);
     Add(&Stats::tokens_served, k * c);
     Add(&Stats::foreign_tokens_served, foreign);
