@@ -76,5 +76,56 @@ TEST_F(SharedTierHostileTest, ASnapshotLackingALeafIsRefusedAndAShorterPrefixSer
   EXPECT_EQ(tier_->stats().rebuild_failures, 0);
 }
 
+// Another reader refuses and deletes the value this one is refusing, and a
+// writer puts a good value back (SET NX), all between this reader's GET and
+// its delete: the good value must survive.
+class RacingBackend : public testing::FaultyBackend {
+ public:
+  using FaultyBackend::FaultyBackend;
+  void ReplaceAfterGet(std::string key, std::string value) {
+    key_ = std::move(key);
+    value_ = std::move(value);
+  }
+  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) override {
+    Result<std::vector<std::optional<std::string>>> got = FaultyBackend::Get(keys);
+    if (std::find(keys.begin(), keys.end(), key_) != keys.end()) {
+      const std::string k[] = {key_};
+      EXPECT_OK(FaultyBackend::Delete(k));
+      EXPECT_OK(FaultyBackend::PutIfAbsent(std::vector<KvPut>{{key_, value_}}).status());
+      key_.clear();
+    }
+    return got;
+  }
+
+ private:
+  std::string key_, value_;
+};
+
+TEST_F(SharedTierHostileTest, AGoodValueWrittenAfterTheReadIsNotDeleted) {
+  RacingBackend racing(backend_.get());
+  auto tier = OpenTier(&racing, kC);
+  const PromptCacheCheckpoint at_one_chunk[] = {{kC, WindowModel(kC)}};
+  ASSERT_OK(tier->Insert(fp_, tokens_, cache_, at_one_chunk));
+  const std::string key = ChunkKey("kvstore:", ns_, ChunkKind::kRows, chain_[1]);
+  ASSERT_OK_AND_ASSIGN(auto stored, backend_->Get(std::vector<std::string>{key}));
+  ASSERT_TRUE(stored[0].has_value());
+  const std::string good = *stored[0];
+  Plant(key, good.substr(0, good.size() / 2));
+  racing.ReplaceAfterGet(key, good);
+
+  ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, Iota(2 * kC + 1)));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, kC);
+  EXPECT_EQ(tier->stats().corrupt, 1);
+  EXPECT_EQ(tier->stats().deleted, 0);
+  EXPECT_EQ(tier->stats().replaced_before_delete, 1);
+  ASSERT_OK_AND_ASSIGN(auto now, backend_->Get(std::vector<std::string>{key}));
+  EXPECT_EQ(now[0], good);
+  // The next fetch serves it.
+  ASSERT_OK_AND_ASSIGN(hit, tier->Fetch(fp_, Iota(2 * kC + 1)));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 2 * kC);
+}
+
 }  // namespace
 }  // namespace kvstore

@@ -20,7 +20,8 @@
 // class, dtype and shape, and with a secret the HMAC seal bound to the key
 // name) before it is used. A missing chunk ends the usable prefix there; a
 // corrupt, forged or mismatched one is a miss, counted, and its key
-// deleted. A backend error or timeout is a miss, counted.
+// deleted unless another value has replaced it since it was read. A
+// backend error or timeout is a miss, counted.
 //
 // Inserts are asynchronous by default: Insert copies the cache
 // (copy-on-write, O(layers)) into a bounded queue and returns; a writer
@@ -123,6 +124,7 @@ class SharedPromptCache {
     int64_t forged = 0;      // unsealed or failing the HMAC (with a secret)
     int64_t mismatched = 0;  // valid, but not the value asked for (copied or colliding)
     int64_t deleted = 0;     // keys deleted after one of the three above
+    int64_t replaced_before_delete = 0;  // refused, but another value was written before the delete: kept
     int64_t rebuild_failures = 0;  // boundaries whose checked values did not rebuild (then a shorter one is tried)
     int64_t backend_errors = 0;
     int64_t unsupported = 0;  // calls for a model the tier cannot chunk

@@ -88,6 +88,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     // Decode the batch on several threads, then take it in chain order.
     std::vector<std::optional<Result<DecodedChunk>>> decoded(static_cast<size_t>(last - first));
     std::vector<ChunkFault> faults(decoded.size(), ChunkFault::kCorrupt);
+    std::vector<std::shared_ptr<const std::string>> bytes(decoded.size());  // kept for a conditional delete
     (void)ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
       const int64_t i = first + static_cast<int64_t>(j);
       std::optional<std::string>& v = (*values)[j];
@@ -96,7 +97,8 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys[i], ChunkKind::kRows, &ns.ns, i, tokens.subspan(i * c, c), &chain[i],
                            i > 0 ? &chain[i - 1] : nullptr, &ns.leaves, options.secret};
-      decoded[j] = DecodeChunk(std::make_shared<const std::string>(std::move(*v)), request, &faults[j]);
+      bytes[j] = std::make_shared<const std::string>(std::move(*v));
+      decoded[j] = DecodeChunk(bytes[j], request, &faults[j]);
       return Status::OK();
     });
     for (size_t j = 0; j < decoded.size(); ++j) {
@@ -105,7 +107,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
         break;
       }
       if (!decoded[j]->ok()) {
-        Refused(keys[first + static_cast<int64_t>(j)], faults[j], decoded[j]->status());
+        Refused(keys[first + static_cast<int64_t>(j)], *bytes[j], faults[j], decoded[j]->status());
         break;
       }
       chunks.push_back(std::move(*decoded[j]).value());
@@ -142,10 +144,10 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       ChunkRequest request{keys_k[0], ChunkKind::kSnapshot, &ns.ns, k - 1, tokens.subspan((k - 1) * c, c),
                            &chain[k - 1], k > 1 ? &chain[k - 2] : nullptr, &ns.leaves, options.secret};
       ChunkFault fault = ChunkFault::kCorrupt;
-      Result<DecodedChunk> decoded =
-          DecodeChunk(std::make_shared<const std::string>(std::move(*(*value)[0])), request, &fault);
+      auto snapshot_bytes = std::make_shared<const std::string>(std::move(*(*value)[0]));
+      Result<DecodedChunk> decoded = DecodeChunk(snapshot_bytes, request, &fault);
       if (!decoded.ok()) {
-        Refused(keys_k[0], fault, decoded.status());
+        Refused(keys_k[0], *snapshot_bytes, fault, decoded.status());
         continue;
       }
       inputs.snapshots = std::move(decoded->snapshots);

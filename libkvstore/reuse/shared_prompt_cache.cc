@@ -44,7 +44,8 @@ std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(con
   return ns;
 }
 
-void SharedPromptCache::Impl::Refused(const std::string& key, ChunkFault fault, const Status& why) {
+void SharedPromptCache::Impl::Refused(const std::string& key, const std::string& value, ChunkFault fault,
+                                      const Status& why) {
   Add(fault == ChunkFault::kForged       ? &Stats::forged
       : fault == ChunkFault::kMismatched ? &Stats::mismatched
                                          : &Stats::corrupt);
@@ -52,11 +53,11 @@ void SharedPromptCache::Impl::Refused(const std::string& key, ChunkFault fault, 
     std::lock_guard<std::mutex> l(stats_mu);
     stats.last_refusal = std::string(why.message());
   }
-  const std::string keys[] = {key};
-  if (options.backend->Delete(keys).ok()) {
-    Add(&Stats::deleted);
-  } else {
+  Result<bool> deleted = options.backend->DeleteIfEquals(key, value);
+  if (!deleted.ok()) {
     Add(&Stats::backend_errors);
+  } else {
+    Add(*deleted ? &Stats::deleted : &Stats::replaced_before_delete);
   }
 }
 

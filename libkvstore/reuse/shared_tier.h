@@ -77,8 +77,9 @@ struct SharedPromptCache::Impl {
   // shared_insert.cc
   Status Write(const InsertJob& job);
 
-  // Counts a refused value (`why` its decoding status) and deletes its key.
-  void Refused(const std::string& key, ChunkFault fault, const Status& why);
+  // Counts a refused value (`why` its decoding status) and deletes its key
+  // while it still holds `value`, never a value written since.
+  void Refused(const std::string& key, const std::string& value, ChunkFault fault, const Status& why);
 };
 
 }  // namespace kvstore
