@@ -63,7 +63,12 @@ struct SharedPromptCacheOptions {
   // Value bytes per pipelined call; the next batch is encoded or decoded
   // while a call is in flight.
   size_t max_batch_bytes = size_t{8} << 20;
-  int codec_threads = 0;  // threads encoding or decoding the chunks of one call (0: all cores)
+  // Threads encoding or decoding the chunks of one call (0: all cores).
+  // They come from one pool the cache starts at Open (codec_threads + 1
+  // workers, shared by all calls); no call starts a thread. When the system
+  // refuses threads the pool runs with fewer, down to none (calls then do
+  // the work themselves).
+  int codec_threads = 0;
 };
 
 // A copy of the cache after its first `tokens` tokens, e.g. taken (with
@@ -78,7 +83,8 @@ struct PromptCacheCheckpoint {
 class SharedPromptCache {
  public:
   // InvalidArgument for a missing backend, chunk_tokens < 1, no writer
-  // thread or an empty key prefix.
+  // thread or an empty key prefix; ResourceExhausted when async_insert is
+  // on and not one writer thread can be started.
   static Result<std::unique_ptr<SharedPromptCache>> Open(SharedPromptCacheOptions options);
   // Finishes the inserts being written; queued ones are dropped (counted).
   ~SharedPromptCache();

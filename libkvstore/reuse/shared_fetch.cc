@@ -3,10 +3,8 @@
 // every value checked, then the longest boundary at which every layer can
 // be rebuilt.
 #include <algorithm>
-#include <future>
 
 #include "libkvstore/reuse/shared_tier.h"
-#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -66,20 +64,19 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
   std::vector<DecodedChunk> chunks;
   const size_t per_call = static_cast<size_t>(
       std::max<int64_t>(1, static_cast<int64_t>(options.max_batch_bytes) / std::max<int64_t>(1, ns.chunk_bytes)));
-  // Each batch is read on a thread of its own while the previous one is
-  // decoded.
+  // Each batch is read on a pool worker while the previous one is decoded.
   using Values = Result<std::vector<std::optional<std::string>>>;
   auto read = [&](int64_t first) {
     const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
-    return std::async(std::launch::async, [this, &keys, first, last]() -> Values {
+    return pool->Submit<Values>([this, &keys, first, last]() -> Values {
       return OnePerKey(options.backend->Get(std::span<const std::string>(keys).subspan(first, last - first)),
                        static_cast<size_t>(last - first));
     });
   };
-  std::future<Values> next = read(0);
+  TaskPool::Pending<Values> next = read(0);
   for (int64_t first = 0; first < upper && static_cast<int64_t>(chunks.size()) == first;) {
     const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
-    Values values = next.get();
+    Values values = next.Get();
     if (last < upper) next = read(last);
     if (!values.ok()) {
       Add(&Stats::backend_errors);
@@ -89,7 +86,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     std::vector<std::optional<Result<DecodedChunk>>> decoded(static_cast<size_t>(last - first));
     std::vector<ChunkFault> faults(decoded.size(), ChunkFault::kCorrupt);
     std::vector<std::shared_ptr<const std::string>> bytes(decoded.size());  // kept for a conditional delete
-    (void)ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
+    (void)pool->ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
       const int64_t i = first + static_cast<int64_t>(j);
       std::optional<std::string>& v = (*values)[j];
       if (!v) return Status::OK();

@@ -15,6 +15,7 @@
 #include "libkvstore/reuse/chunk_codec.h"
 #include "libkvstore/reuse/chunk_keys.h"
 #include "libkvstore/reuse/chunk_layout.h"
+#include "libkvstore/util/task_pool.h"
 
 namespace kvstore {
 
@@ -51,6 +52,9 @@ struct InsertJob {
 
 struct SharedPromptCache::Impl {
   SharedPromptCacheOptions options;
+  // Encodes, decodes and overlaps backend calls for every fetch and insert:
+  // no call starts a thread of its own.
+  std::unique_ptr<TaskPool> pool;
 
   mutable std::mutex stats_mu;
   Stats stats;
