@@ -218,10 +218,12 @@ Status ZstdSeekableWriter::FlushPending(bool all) {
                                                 &next->output_size[i], level);
                          });
     };
+    // With one thread, or when no thread can start, the batch is
+    // compressed when it is awaited.
     try {
-      next_done = std::async(std::launch::async, compress);
+      next_done = std::async(threads == 1 ? std::launch::deferred : std::launch::async, compress);
     } catch (const std::system_error&) {
-      next_done = std::async(std::launch::deferred, compress);  // no thread: compressed when awaited
+      next_done = std::async(std::launch::deferred, compress);
     }
   }
   // Write the previous batch while the next one compresses.

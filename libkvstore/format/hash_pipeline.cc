@@ -8,7 +8,8 @@ namespace kvstore {
 
 HashPipeline::HashPipeline(int threads, uint64_t max_pending_bytes) : max_pending_bytes_(max_pending_bytes) {
   if (threads <= 0) threads = DefaultThreads();
-  for (int i = 0; i < threads; ++i) {
+  // One thread is the caller's: it hashes as it submits (no worker to start).
+  for (int i = 0; threads > 1 && i < threads; ++i) {
     try {
       workers_.emplace_back([this] { Work(); });
     } catch (const std::system_error&) {
