@@ -122,6 +122,38 @@ TEST_P(KvBackendConformance, ExistsAndDelete) {
   EXPECT_EQ(values[2], "2");
 }
 
+// A value refused by a reader is deleted only while it is still the value
+// read: one written since (same length, other bytes; or another length)
+// survives. Binary bytes and a 1 MiB value go through Redis's script alike.
+TEST_P(KvBackendConformance, DeleteIfEqualsDeletesOnlyTheValueGiven) {
+  auto del = [&](const std::string& key, std::string_view expected) -> std::string {
+    Result<bool> r = backend_->DeleteIfEquals(key, expected);
+    return !r.ok() ? r.status().ToString() : *r ? "deleted" : "kept";
+  };
+  const std::string bad("bad\0value", 9), good("goo\0value", 9);
+  Put(Key("k"), good);
+  EXPECT_EQ(del(Key("k"), bad), "kept");
+  EXPECT_EQ(del(Key("k"), good + "x"), "kept");
+  EXPECT_EQ(del(Key("k"), good.substr(0, 8)), "kept");
+  ASSERT_OK_AND_ASSIGN(auto values, backend_->Get(std::vector<std::string>{Key("k")}));
+  EXPECT_EQ(values[0], good);
+  EXPECT_EQ(del(Key("k"), good), "deleted");
+  ASSERT_OK_AND_ASSIGN(std::vector<bool> exists, backend_->Exists(std::vector<std::string>{Key("k")}));
+  EXPECT_EQ(exists, std::vector<bool>{false});
+  EXPECT_EQ(del(Key("k"), good), "kept");
+  EXPECT_EQ(del(Key("missing"), ""), "kept");
+  Put(Key("empty"), "");
+  EXPECT_EQ(del(Key("empty"), "x"), "kept");
+  EXPECT_EQ(del(Key("empty"), ""), "deleted");
+
+  std::string big(size_t{1} << 20, 'v');
+  Put(Key("big"), big);
+  big.back() = 'w';
+  EXPECT_EQ(del(Key("big"), big), "kept");
+  big.back() = 'v';
+  EXPECT_EQ(del(Key("big"), big), "deleted");
+}
+
 TEST_P(KvBackendConformance, ScanFindsExactlyThePrefixTakenLiterally) {
   std::set<std::string> want;
   for (int i = 0; i < 25; ++i) {

@@ -95,7 +95,7 @@ TEST(SharedTierRedis, AnAclUserIsLimitedToItsPrefix) {
   auto admin = RedisAdmin::Connect(url);
   ASSERT_OK(admin);
   (*admin)->Must({"ACL", "SETUSER", user, "reset", "on", ">tier-pw", "~" + prefix + "*", "-@all", "+get",
-                  "+getrange", "+exists", "+set", "+unlink", "+scan", "+multi", "+exec", "+asking",
+                  "+getrange", "+exists", "+set", "+unlink", "+scan", "+multi", "+exec", "+asking", "+eval", "+strlen",
                   "+cluster|slots"});
   const RedisUrl u = ParseRedisUrl(url).value();
   auto backend = Open("redis://" + user + ":tier-pw@" + u.host + ":" + std::to_string(u.port));

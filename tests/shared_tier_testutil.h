@@ -142,6 +142,10 @@ class FaultyBackend : public KvBackend {
     KV_RETURN_IF_ERROR(Enter());
     return base_->Delete(keys);
   }
+  Result<bool> DeleteIfEquals(std::string_view key, std::string_view expected) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->DeleteIfEquals(key, expected);
+  }
   Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) override {
     KV_RETURN_IF_ERROR(Enter());
     return base_->Scan(prefix, limit);

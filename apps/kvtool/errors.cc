@@ -21,8 +21,54 @@ int ExitCodeFor(const kvstore::Status& status) {
 }
 
 int Fail(int code, std::string_view message) {
-  std::fprintf(stderr, "kvtool: %.*s\n", static_cast<int>(message.size()), message.data());
+  // Messages quote keys, class names and metadata read from hostile input.
+  const std::string text = TerminalText(message, /*keep_lines=*/true);
+  std::fprintf(stderr, "kvtool: %s\n", text.c_str());
   return code;
+}
+
+namespace {
+
+// The length of the well-formed UTF-8 sequence of a printable character
+// at the start of `s` (code point >= U+00A0, not a surrogate, shortest
+// form), or 0.
+size_t PrintableUtf8(std::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = b(0);
+  const size_t n = c >= 0xF0 ? (c <= 0xF4 ? 4 : 0) : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+  if (n == 0 || s.size() < n) return 0;
+  uint32_t cp = c & (0x7F >> n);
+  for (size_t i = 1; i < n; ++i) {
+    if ((b(i) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i) & 0x3F);
+  }
+  const uint32_t smallest[] = {0, 0, 0xA0, 0x800, 0x10000};
+  if (cp < smallest[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string TerminalText(std::string_view text, bool keep_lines) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c >= 0x20 && c < 0x7F && c != '\\') || (keep_lines && (c == '\n' || c == '\t' || c == '\\'))) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else if (const size_t n = c >= 0x80 ? PrintableUtf8(text.substr(i)) : 0; n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xF]);
+      ++i;
+    }
+  }
+  return out;
 }
 
 int Fail(const kvstore::Status& status) { return Fail(ExitCodeFor(status), status.message()); }

@@ -35,6 +35,12 @@ int Fail(int code, std::string_view message);
 // "1.5 MiB"
 std::string HumanBytes(uint64_t bytes);
 
+// `text` (bytes from a file or a store: hostile) safe to print to a
+// terminal: well-formed UTF-8 of printable characters as it is; control
+// characters (C0, DEL, C1), malformed bytes and '\' as \xNN. With
+// `keep_lines` (messages), newlines, tabs and '\' stay.
+std::string TerminalText(std::string_view text, bool keep_lines = false);
+
 // Prints `value` to stdout, indented by 2, and a newline (--json output).
 void PrintJson(const kvstore::Json& value);
 

@@ -2,6 +2,9 @@
 #include "apps/kvtool/shared.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "apps/kvtool/kvtool.h"
 #include "kvstore/redis_backend.h"
@@ -18,8 +21,46 @@ kvstore::Result<std::unique_ptr<kvstore::KvBackend>> Connect(const std::string& 
 }
 
 std::string Describe(const kvstore::SharedNamespaceInfo& ns) {
-  if (!ns.fingerprint) return "(" + ns.error + ")";
-  return ns.fingerprint->model_id();
+  if (!ns.fingerprint) return "(" + TerminalText(ns.error) + ")";
+  return TerminalText(ns.fingerprint->model_id());
+}
+
+constexpr const char* kSecretEnv = "KVSTORE_SHARED_SECRET";
+
+// The secret from --secret, --secret-file (one trailing newline dropped) or
+// the environment; empty when none is given.
+kvstore::Result<std::string> SecretOf(const SharedArgs& a) {
+  if (!a.secret.empty() && !a.secret_file.empty()) {
+    return kvstore::Status::InvalidArgument("--secret and --secret-file: give one");
+  }
+  if (!a.secret.empty()) return a.secret;
+  if (a.secret_file.empty()) {
+    const char* env = std::getenv(kSecretEnv);
+    return std::string(env != nullptr ? env : "");
+  }
+  std::ifstream in(a.secret_file, std::ios::binary);
+  if (!in.is_open()) return kvstore::Status::IOError("cannot open --secret-file " + a.secret_file);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return kvstore::Status::IOError("cannot read --secret-file " + a.secret_file);
+  std::string secret = text.str();
+  if (secret.ends_with('\n')) secret.pop_back();
+  if (secret.ends_with('\r')) secret.pop_back();
+  if (secret.empty()) return kvstore::Status::InvalidArgument("--secret-file " + a.secret_file + " is empty");
+  return secret;
+}
+
+// "tokens 512-768" for a rows chunk, "at 768 tokens" for a snapshot; the
+// index and size come from the value (hostile), so a product past int64
+// is said so instead of overflowing.
+std::string TokenSpan(const kvstore::SharedChunkInfo& info) {
+  int64_t first = 0, end = 0;
+  if (__builtin_mul_overflow(info.index, info.chunk_tokens, &first) ||
+      __builtin_add_overflow(first, info.chunk_tokens, &end)) {
+    return info.snapshot ? "beyond int64 tokens" : "tokens beyond int64";
+  }
+  return info.snapshot ? "at " + std::to_string(end) + " tokens"
+                       : "tokens " + std::to_string(first) + "-" + std::to_string(end);
 }
 
 int LsNamespaces(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
@@ -47,12 +88,13 @@ int LsNamespaces(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
   }
   std::printf("%-32s  %-24s %6s %6s %8s %9s\n", "namespace", "model", "layers", "chunk", "chunks", "snapshots");
   for (const auto& ns : *namespaces) {
-    std::printf("%-32s  %-24s %6s %6lld %8lld %9lld\n", ns.id.c_str(), Describe(ns).c_str(),
+    std::printf("%-32s  %-24s %6s %6lld %8lld %9lld\n", TerminalText(ns.id).c_str(), Describe(ns).c_str(),
                 ns.fingerprint ? std::to_string(ns.fingerprint->spec().layers.size()).c_str() : "-",
                 static_cast<long long>(ns.chunk_tokens), static_cast<long long>(ns.chunks),
                 static_cast<long long>(ns.snapshots));
   }
-  std::printf("%zu namespaces under \"%s\" on %s\n", namespaces->size(), a.prefix.c_str(), backend.Describe().c_str());
+  std::printf("%zu namespaces under \"%s\" on %s\n", namespaces->size(), TerminalText(a.prefix).c_str(),
+              TerminalText(backend.Describe()).c_str());
   return kExitOk;
 }
 
@@ -82,13 +124,14 @@ int LsChains(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
   std::printf("%-40s %7s %8s %7s %9s  %s\n", "first chunk", "chunks", "longest", "leaves", "snapshots", "writers");
   for (const auto& c : *chains) {
     std::string writers;
-    for (const auto& w : c.writers) writers += (writers.empty() ? "" : ",") + w;
-    std::printf("%-40s %7lld %8lld %7lld %9lld  %s\n", c.root.substr(c.root.size() - std::min<size_t>(40, c.root.size())).c_str(),
+    for (const auto& w : c.writers) writers += (writers.empty() ? "" : ",") + TerminalText(w);
+    const std::string root = TerminalText(c.root.substr(c.root.size() - std::min<size_t>(40, c.root.size())));
+    std::printf("%-40s %7lld %8lld %7lld %9lld  %s\n", root.c_str(),
                 static_cast<long long>(c.chunks), static_cast<long long>(c.longest),
                 static_cast<long long>(c.leaves), static_cast<long long>(c.snapshots), writers.c_str());
   }
   std::printf("%zu chains in namespace %s (longest and chunks count chunks; leaves are distinct continuations)\n",
-              chains->size(), a.ns.c_str());
+              chains->size(), TerminalText(a.ns).c_str());
   return kExitOk;
 }
 
@@ -106,7 +149,11 @@ std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls) {
 std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect) {
   auto a = std::make_shared<SharedArgs>();
   inspect->add_option("--key", a->key, "redis://: the key of the chunk to inspect");
-  inspect->add_option("--secret", a->secret, "redis://: with --verify, also check the chunk's HMAC seal");
+  inspect->add_option("--secret", a->secret,
+                      "redis://: with --verify, also check the chunk's HMAC seal (visible in ps: prefer "
+                      "--secret-file or $KVSTORE_SHARED_SECRET)");
+  inspect->add_option("--secret-file", a->secret_file,
+                      "redis://: with --verify, the seal's secret from this file (one trailing newline dropped)");
   return a;
 }
 
@@ -120,10 +167,11 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
   if (a.key.empty()) return Fail(kExitUsage, "inspect " + url + " needs --key KEY (kvtool ls lists them)");
   auto backend = Connect(url);
   if (!backend.ok()) return Fail(backend.status());
+  auto secret = verify ? SecretOf(a) : kvstore::Result<std::string>(std::string());
+  if (!secret.ok()) return Fail(secret.status());
   auto info = kvstore::ReadSharedChunkInfo(**backend, a.key);
   if (!info.ok()) return Fail(info.status());
-  kvstore::Status verified = verify ? kvstore::VerifySharedChunk(**backend, a.key, a.secret) : kvstore::Status::OK();
-  const int64_t first = info->index * info->chunk_tokens;
+  kvstore::Status verified = verify ? kvstore::VerifySharedChunk(**backend, a.key, *secret) : kvstore::Status::OK();
   if (json) {
     Json j = Json::MakeObject();
     j["key"] = Json(info->key);
@@ -147,16 +195,17 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
     if (verify) j["verified"] = Json(verified.ok());
     PrintJson(j);
   } else {
-    std::printf("key: %s\n", info->key.c_str());
+    // Everything but the counts comes from the value: printed escaped.
+    std::printf("key: %s\n", TerminalText(info->key).c_str());
     if (info->snapshot) {
-      std::printf("kind: snapshot at %lld tokens\n", static_cast<long long>(first + info->chunk_tokens));
+      std::printf("kind: snapshot %s\n", TokenSpan(*info).c_str());
     } else {
-      std::printf("kind: rows, chunk %lld: tokens %lld-%lld\n", static_cast<long long>(info->index),
-                  static_cast<long long>(first), static_cast<long long>(first + info->chunk_tokens));
+      std::printf("kind: rows, chunk %lld: %s\n", static_cast<long long>(info->index), TokenSpan(*info).c_str());
     }
     std::printf("namespace: %s\nchain: %s\nparent: %s\nwriter: %s\nsealed: %s\ncompressed: %s\n",
-                info->ns_digest.c_str(), info->chain.c_str(), info->parent.empty() ? "-" : info->parent.c_str(),
-                info->writer.c_str(), info->sealed ? "HMAC-SHA256" : "no", info->compressed ? "zstd" : "no");
+                TerminalText(info->ns_digest).c_str(), TerminalText(info->chain).c_str(),
+                info->parent.empty() ? "-" : TerminalText(info->parent).c_str(), TerminalText(info->writer).c_str(),
+                info->sealed ? "HMAC-SHA256" : "no", info->compressed ? "zstd" : "no");
     std::printf("%-6s %-8s %-18s %s\n", "layer", "path", "class", "tensors");
     for (size_t i = 0; i < info->layers.size(); ++i) {
       std::string tensors;
@@ -165,9 +214,10 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
         if (!t.name.starts_with(own)) continue;
         tensors += (tensors.empty() ? "" : " ") + std::string(kvstore::DTypeName(t.dtype)) + kvstore::ShapeToString(t.shape);
       }
-      std::printf("%-6zu %-8s %-18s %s\n", i, info->layers[i].c_str(), info->classes[i].c_str(), tensors.c_str());
+      std::printf("%-6zu %-8s %-18s %s\n", i, TerminalText(info->layers[i]).c_str(),
+                  TerminalText(info->classes[i]).c_str(), tensors.c_str());
     }
-    if (verify && verified.ok()) std::printf("verified: digests%s match\n", a.secret.empty() ? "" : " and seal");
+    if (verify && verified.ok()) std::printf("verified: digests%s match\n", secret->empty() ? "" : " and seal");
   }
   return verified.ok() ? kExitOk : Fail(verified);
 }

@@ -19,7 +19,10 @@ struct SharedArgs {
   std::string prefix = "kvstore:";  // --prefix
   std::string ns;                   // --namespace (ls)
   std::string key;                  // --key (inspect)
-  std::string secret;               // --secret (inspect --verify)
+  // inspect --verify: the seal's secret from --secret (visible to other
+  // users in ps), --secret-file, or else $KVSTORE_SHARED_SECRET.
+  std::string secret;               // --secret
+  std::string secret_file;          // --secret-file
 };
 std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls);
 std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect);

@@ -74,6 +74,13 @@ class KvBackend {
   // DEL of each key; absent keys are fine.
   virtual Status Delete(std::span<const std::string> keys) = 0;
 
+  // Deletes `key` only while its value is still `expected`, atomically at
+  // the store: true when this call deleted it, false when the key is absent
+  // or holds another value (written since it was read, e.g. a good value
+  // put back after a bad one was refused). Redis compares the value's
+  // length and SHA-1 in a script, so `expected` itself is not sent.
+  virtual Result<bool> DeleteIfEquals(std::string_view key, std::string_view expected) = 0;
+
   // Up to `limit` keys that start with `prefix` (SCAN MATCH on every node),
   // in no particular order.
   virtual Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) = 0;

@@ -20,7 +20,8 @@
 // class, dtype and shape, and with a secret the HMAC seal bound to the key
 // name) before it is used. A missing chunk ends the usable prefix there; a
 // corrupt, forged or mismatched one is a miss, counted, and its key
-// deleted. A backend error or timeout is a miss, counted.
+// deleted unless another value has replaced it since it was read. A
+// backend error or timeout is a miss, counted.
 //
 // Inserts are asynchronous by default: Insert copies the cache
 // (copy-on-write, O(layers)) into a bounded queue and returns; a writer
@@ -62,7 +63,12 @@ struct SharedPromptCacheOptions {
   // Value bytes per pipelined call; the next batch is encoded or decoded
   // while a call is in flight.
   size_t max_batch_bytes = size_t{8} << 20;
-  int codec_threads = 0;  // threads encoding or decoding the chunks of one call (0: all cores)
+  // Threads encoding or decoding the chunks of one call (0: all cores).
+  // They come from one pool the cache starts at Open (codec_threads + 1
+  // workers, shared by all calls); no call starts a thread. When the system
+  // refuses threads the pool runs with fewer, down to none (calls then do
+  // the work themselves).
+  int codec_threads = 0;
 };
 
 // A copy of the cache after its first `tokens` tokens, e.g. taken (with
@@ -77,7 +83,8 @@ struct PromptCacheCheckpoint {
 class SharedPromptCache {
  public:
   // InvalidArgument for a missing backend, chunk_tokens < 1, no writer
-  // thread or an empty key prefix.
+  // thread or an empty key prefix; ResourceExhausted when async_insert is
+  // on and not one writer thread can be started.
   static Result<std::unique_ptr<SharedPromptCache>> Open(SharedPromptCacheOptions options);
   // Finishes the inserts being written; queued ones are dropped (counted).
   ~SharedPromptCache();
@@ -123,6 +130,8 @@ class SharedPromptCache {
     int64_t forged = 0;      // unsealed or failing the HMAC (with a secret)
     int64_t mismatched = 0;  // valid, but not the value asked for (copied or colliding)
     int64_t deleted = 0;     // keys deleted after one of the three above
+    int64_t replaced_before_delete = 0;  // refused, but another value was written before the delete: kept
+    int64_t rebuild_failures = 0;  // boundaries whose checked values did not rebuild (then a shorter one is tried)
     int64_t backend_errors = 0;
     int64_t unsupported = 0;  // calls for a model the tier cannot chunk
     int64_t inserts = 0;

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <system_error>
 
 #include "libkvstore/codec/byte_plane.h"
 #include "libkvstore/util/parallel.h"
@@ -210,13 +211,20 @@ Status ZstdSeekableWriter::FlushPending(bool all) {
       spare_output_.pop_back();
     }
     const int threads = options_.threads, level = options_.level;
-    next_done = std::async(std::launch::async, [next, threads, level] {
+    auto compress = [next, threads, level] {
       return ParallelFor(next->input.size(), threads,
                          [&](size_t i) {
                            return CompressFrame(next->input[i], next->split[i], next->output[i],
                                                 &next->output_size[i], level);
                          });
-    });
+    };
+    // With one thread, or when no thread can start, the batch is
+    // compressed when it is awaited.
+    try {
+      next_done = std::async(threads == 1 ? std::launch::deferred : std::launch::async, compress);
+    } catch (const std::system_error&) {
+      next_done = std::async(std::launch::deferred, compress);
+    }
   }
   // Write the previous batch while the next one compresses.
   if (in_flight_) {

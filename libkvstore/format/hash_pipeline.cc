@@ -1,12 +1,21 @@
 #include "libkvstore/format/hash_pipeline.h"
 
+#include <system_error>
+
 #include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 
 HashPipeline::HashPipeline(int threads, uint64_t max_pending_bytes) : max_pending_bytes_(max_pending_bytes) {
   if (threads <= 0) threads = DefaultThreads();
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  // One thread is the caller's: it hashes as it submits (no worker to start).
+  for (int i = 0; threads > 1 && i < threads; ++i) {
+    try {
+      workers_.emplace_back([this] { Work(); });
+    } catch (const std::system_error&) {
+      break;  // fewer workers; with none, Submit hashes inline
+    }
+  }
 }
 
 HashPipeline::~HashPipeline() {
@@ -22,6 +31,11 @@ HashPipeline::~HashPipeline() {
 
 void HashPipeline::Submit(size_t id, Array array) {
   const uint64_t bytes = array.nbytes();
+  if (workers_.empty()) {
+    if (digests_.size() <= id) digests_.resize(id + 1);
+    digests_[id] = Sha256(array);
+    return;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   // One item larger than the budget still goes through, alone.
   room_.wait(lock, [&] { return pending_bytes_ == 0 || pending_bytes_ + bytes <= max_pending_bytes_; });

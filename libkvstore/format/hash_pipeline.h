@@ -17,7 +17,8 @@ namespace kvstore {
 // Thread safety: Submit and Finish are called by one thread.
 class HashPipeline {
  public:
-  // `threads` workers (0 = all cores). Submit blocks while more than
+  // `threads` workers (0 = all cores; 1 = none: Submit hashes inline, as
+  // it does when no worker can be started). Submit blocks while more than
   // `max_pending_bytes` are queued or being hashed (the arrays are kept
   // alive until hashed).
   HashPipeline(int threads, uint64_t max_pending_bytes);

@@ -1,5 +1,5 @@
-// SHA-256 through OpenSSL's EVP interface (which picks SHA-NI/AVX2 code
-// paths at run time).
+// SHA-256 (and the SHA-1 of sha1.h) through OpenSSL's EVP interface (which
+// picks SHA-NI/AVX2 code paths at run time).
 #include "libkvstore/integrity/sha256.h"
 
 #include <openssl/core_names.h>
@@ -9,6 +9,7 @@
 #include <cassert>
 
 #include "kvstore/array.h"
+#include "libkvstore/integrity/sha1.h"
 
 namespace kvstore {
 
@@ -121,6 +122,18 @@ Sha256Digest HmacSha256(std::string_view key, std::initializer_list<std::string_
   EVP_MAC_CTX_free(ctx);
   assert(len == Sha256Digest::kSize);
   return Sha256Digest(out);
+}
+
+std::string Sha1Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha1(), nullptr) != 1) throw std::bad_alloc();
+  std::string out(2 * len, '0');
+  for (unsigned int i = 0; i < len; ++i) {
+    out[2 * i] = kHexDigits[digest[i] >> 4];
+    out[2 * i + 1] = kHexDigits[digest[i] & 0xF];
+  }
+  return out;
 }
 
 bool ConstantTimeEqual(const Sha256Digest& a, const Sha256Digest& b) {

@@ -1,6 +1,6 @@
 // NewMemKvBackend: a std::map behind one mutex, with Redis's semantics for
 // each call (GETRANGE clamps, SET NX keeps the old value, DEL ignores absent
-// keys).
+// keys, a conditional delete compares the whole value).
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -61,6 +61,15 @@ class MemKvBackend final : public KvBackend {
     ++calls_;
     for (const std::string& k : keys) map_.erase(k);
     return Status::OK();
+  }
+
+  Result<bool> DeleteIfEquals(std::string_view key, std::string_view expected) override {
+    std::lock_guard<std::mutex> l(mu_);
+    ++calls_;
+    auto it = map_.find(key);
+    if (it == map_.end() || it->second != expected) return false;
+    map_.erase(it);
+    return true;
   }
 
   Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) override {

@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "kvstore/redis_backend.h"
+#include "libkvstore/integrity/sha1.h"
 #include "libkvstore/remote/redis_router.h"
 
 namespace kvstore {
@@ -13,6 +14,14 @@ using Type = RedisReply::Type;
 // A bound on one node's SCAN (10^9 keys at COUNT 1000) against a server
 // that never ends its iteration.
 constexpr size_t kMaxScanRounds = 1 << 20;
+
+// KEYS[1] is unlinked only while its value has length ARGV[1] and SHA-1
+// ARGV[2]: one round trip, and the value never travels (refused values can
+// be large). STRLEN first, so a value of another length is not hashed.
+constexpr std::string_view kDeleteIfEqualsScript =
+    "if redis.call('STRLEN', KEYS[1]) == tonumber(ARGV[1]) and "
+    "redis.sha1hex(redis.call('GET', KEYS[1]) or '') == ARGV[2] then "
+    "return redis.call('UNLINK', KEYS[1]) end return 0";
 
 // "GET 'key'" for messages; keys are caller bytes, so clipped and made printable.
 std::string Label(std::string_view command, std::string_view key) {
@@ -61,6 +70,9 @@ class RedisKvBackend final : public KvBackend {
   }
   Status Delete(std::span<const std::string> keys) override {
     return Count(DoIntegers("UNLINK", keys)).status();
+  }
+  Result<bool> DeleteIfEquals(std::string_view key, std::string_view expected) override {
+    return Count(DoDeleteIfEquals(key, expected));
   }
   Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) override {
     return Count(DoScan(prefix, limit));
@@ -135,6 +147,20 @@ class RedisKvBackend final : public KvBackend {
       }
     }
     return out;
+  }
+
+  Result<bool> DoDeleteIfEquals(std::string_view key, std::string_view expected) {
+    const std::string length = std::to_string(expected.size());
+    const std::string digest = Sha1Hex(expected);
+    const RedisKeyRequest request{key, {{"EVAL", kDeleteIfEqualsScript, "1", key, length, digest}}};
+    KV_ASSIGN_OR_RETURN(std::vector<RedisKeyReplies> replies, router_->Run({&request, 1}));
+    const std::string label = Label("EVAL (delete if equal)", key);
+    KV_RETURN_IF_ERROR(FirstError(replies[0], label));
+    const RedisReply& r = replies[0].replies[0];
+    if (r.type != Type::kInteger || r.integer < 0 || r.integer > 1) {
+      return UnexpectedReply(replies[0].node->name(), label, r);
+    }
+    return r.integer == 1;
   }
 
   // GETRANGE cannot tell an absent key from an empty range, so EXISTS runs

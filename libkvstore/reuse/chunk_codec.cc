@@ -6,6 +6,7 @@
 #include "kvstore/prompt_cache_bytes.h"
 #include "libkvstore/format/bytes_io.h"
 #include "libkvstore/format/seal.h"
+#include "libkvstore/reuse/chunk_piece_shape.h"
 #include "libkvstore/reuse/store_format.h"
 
 namespace kvstore {
@@ -72,14 +73,53 @@ std::string LayerListProblem(const ChunkHeader& h, const ChunkRequest& r) {
   for (const LeafInfo& leaf : *r.leaves) {
     const bool has = seen.erase(leaf.path) > 0;
     const bool allowed = r.kind == ChunkKind::kRows ? leaf.kind != LeafKind::kSnapshot : leaf.kind != LeafKind::kRows;
+    // A rows value needs every rows leaf (rotating rows are optional); a
+    // snapshot value every leaf that is not a rows leaf.
+    const bool required = r.kind == ChunkKind::kRows ? leaf.kind == LeafKind::kRows : allowed;
     if (has && !allowed) return "carries layer " + leaf.path + ", which this kind of value cannot hold";
-    if (!has && r.kind == ChunkKind::kRows && leaf.kind == LeafKind::kRows) return "lacks layer " + leaf.path;
+    if (!has && required) return "lacks layer " + leaf.path;
     if (has && r.kind == ChunkKind::kRows && leaf.kind == LeafKind::kRotating &&
         (h.index + 1) * h.chunk_tokens > leaf.spec->max_size) {
       return "carries rows of rotating layer " + leaf.path + " beyond its window";
     }
   }
   if (!seen.empty()) return "carries unknown layer " + *seen.begin();
+  return "";
+}
+
+// A header larger than any chunk's is refused before it is decompressed or
+// parsed: token ids (at most 12 characters each), and per layer its class,
+// meta state, tensor entries and digests.
+ParseLimits ChunkParseLimits(const ChunkRequest& r) {
+  ParseLimits limits;
+  const uint64_t tokens = static_cast<uint64_t>(std::max<int64_t>(0, r.ns->chunk_tokens));
+  limits.max_header_size = std::min<uint64_t>(limits.max_header_size,
+                                              (uint64_t{64} << 10) + 16 * tokens + (uint64_t{4} << 10) * r.leaves->size());
+  return limits;
+}
+
+const LeafInfo& LeafAt(const ChunkRequest& r, const std::string& path) {
+  return *std::find_if(r.leaves->begin(), r.leaves->end(), [&](const LeafInfo& l) { return l.path == path; });
+}
+
+// Every layer's class, dtypes and shapes from the header against the piece
+// its leaf makes, and the declared data size against the most a chunk
+// holds: before any tensor byte is decompressed or hashed.
+// REQUIRES: LayerListProblem found nothing and the counts agree.
+std::string PieceShapesProblem(const PromptCacheInfo& info, const ChunkHeader& h, const ChunkRequest& r) {
+  const int64_t end = (r.index + 1) * r.ns->chunk_tokens;
+  uint64_t most = 0;
+  for (size_t j = 0; j < h.layers.size(); ++j) {
+    const PieceShape want = ExpectedPiece(LeafAt(r, h.layers[j]), r.kind, r.ns->chunk_tokens, end);
+    if (std::string why = PieceShapeProblem(info.layers[j], want); !why.empty()) {
+      return "layer " + h.layers[j] + ": " + why;
+    }
+    most += MaxPieceBytes(want);
+  }
+  if (info.tensor_bytes > most) {
+    return "declares " + std::to_string(info.tensor_bytes) + " tensor bytes, more than the " + std::to_string(most) +
+           " its pieces can hold";
+  }
   return "";
 }
 
@@ -159,7 +199,10 @@ Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& heade
 }
 
 Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const ChunkRequest& r, ChunkFault* fault) {
-  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(std::move(value));
+  PromptCacheReader::Options open;
+  open.limits = ChunkParseLimits(r);
+  open.threads = 1;
+  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(std::move(value), open);
   if (!opened.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, opened.status().message());
   const PromptCacheReader& reader = **opened;
   const PromptCacheInfo& info = reader.info();
@@ -176,6 +219,9 @@ Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const
   if (std::string why = LayerListProblem(*header, r); !why.empty() || header->layers.size() != reader.num_layers()) {
     return Refuse(ChunkFault::kCorrupt, fault, r.key, why.empty() ? "layer count disagrees with its list" : why);
   }
+  if (std::string why = PieceShapesProblem(info, *header, r); !why.empty()) {
+    return Refuse(ChunkFault::kCorrupt, fault, r.key, why);
+  }
   Result<VerifyReport> verified = reader.Verify(1);
   if (!verified.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, verified.status().message());
   if (!verified->ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, "digests do not match the bytes");
@@ -183,8 +229,7 @@ Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const
   const int64_t end = (r.index + 1) * r.ns->chunk_tokens;
   for (size_t j = 0; j < reader.num_layers(); ++j) {
     const std::string& path = header->layers[j];
-    const LeafInfo& leaf = *std::find_if(r.leaves->begin(), r.leaves->end(),
-                                         [&](const LeafInfo& l) { return l.path == path; });
+    const LeafInfo& leaf = LeafAt(r, path);
     Result<std::shared_ptr<Cache>> piece = reader.ReadLayer(j);
     if (!piece.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, piece.status().message());
     if (r.kind == ChunkKind::kRows) {

@@ -5,9 +5,11 @@
 //
 // Decoding treats the value as hostile and checks it against what was
 // asked before anything is used: the seal (when a secret is set), the
-// format, kind, namespace, chain position, chain hashes and tokens, the
-// digests, and every piece's class, dtype and shape against the leaf's
-// spec. Thread-safe (pure functions).
+// format, kind, namespace, chain position, chain hashes and tokens, every
+// layer's class, dtypes and shapes as the header declares them (so no
+// tensor byte is decompressed or hashed for a value larger than its
+// chunk), the digests, and every piece built against the leaf's spec.
+// Thread-safe (pure functions).
 #ifndef KVSTORE_LIBKVSTORE_REUSE_CHUNK_CODEC_H_
 #define KVSTORE_LIBKVSTORE_REUSE_CHUNK_CODEC_H_
 

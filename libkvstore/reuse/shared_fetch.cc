@@ -3,10 +3,8 @@
 // every value checked, then the longest boundary at which every layer can
 // be rebuilt.
 #include <algorithm>
-#include <future>
 
 #include "libkvstore/reuse/shared_tier.h"
-#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -66,20 +64,19 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
   std::vector<DecodedChunk> chunks;
   const size_t per_call = static_cast<size_t>(
       std::max<int64_t>(1, static_cast<int64_t>(options.max_batch_bytes) / std::max<int64_t>(1, ns.chunk_bytes)));
-  // Each batch is read on a thread of its own while the previous one is
-  // decoded.
+  // Each batch is read on a pool worker while the previous one is decoded.
   using Values = Result<std::vector<std::optional<std::string>>>;
   auto read = [&](int64_t first) {
     const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
-    return std::async(std::launch::async, [this, &keys, first, last]() -> Values {
+    return pool->Submit<Values>([this, &keys, first, last]() -> Values {
       return OnePerKey(options.backend->Get(std::span<const std::string>(keys).subspan(first, last - first)),
                        static_cast<size_t>(last - first));
     });
   };
-  std::future<Values> next = read(0);
+  TaskPool::Pending<Values> next = read(0);
   for (int64_t first = 0; first < upper && static_cast<int64_t>(chunks.size()) == first;) {
     const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
-    Values values = next.get();
+    Values values = next.Get();
     if (last < upper) next = read(last);
     if (!values.ok()) {
       Add(&Stats::backend_errors);
@@ -88,7 +85,8 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     // Decode the batch on several threads, then take it in chain order.
     std::vector<std::optional<Result<DecodedChunk>>> decoded(static_cast<size_t>(last - first));
     std::vector<ChunkFault> faults(decoded.size(), ChunkFault::kCorrupt);
-    (void)ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
+    std::vector<std::shared_ptr<const std::string>> bytes(decoded.size());  // kept for a conditional delete
+    (void)pool->ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
       const int64_t i = first + static_cast<int64_t>(j);
       std::optional<std::string>& v = (*values)[j];
       if (!v) return Status::OK();
@@ -96,7 +94,8 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys[i], ChunkKind::kRows, &ns.ns, i, tokens.subspan(i * c, c), &chain[i],
                            i > 0 ? &chain[i - 1] : nullptr, &ns.leaves, options.secret};
-      decoded[j] = DecodeChunk(std::make_shared<const std::string>(std::move(*v)), request, &faults[j]);
+      bytes[j] = std::make_shared<const std::string>(std::move(*v));
+      decoded[j] = DecodeChunk(bytes[j], request, &faults[j]);
       return Status::OK();
     });
     for (size_t j = 0; j < decoded.size(); ++j) {
@@ -105,7 +104,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
         break;
       }
       if (!decoded[j]->ok()) {
-        Refused(keys[first + static_cast<int64_t>(j)], faults[j], decoded[j]->status());
+        Refused(keys[first + static_cast<int64_t>(j)], *bytes[j], faults[j], decoded[j]->status());
         break;
       }
       chunks.push_back(std::move(*decoded[j]).value());
@@ -142,10 +141,10 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       ChunkRequest request{keys_k[0], ChunkKind::kSnapshot, &ns.ns, k - 1, tokens.subspan((k - 1) * c, c),
                            &chain[k - 1], k > 1 ? &chain[k - 2] : nullptr, &ns.leaves, options.secret};
       ChunkFault fault = ChunkFault::kCorrupt;
-      Result<DecodedChunk> decoded =
-          DecodeChunk(std::make_shared<const std::string>(std::move(*(*value)[0])), request, &fault);
+      auto snapshot_bytes = std::make_shared<const std::string>(std::move(*(*value)[0]));
+      Result<DecodedChunk> decoded = DecodeChunk(snapshot_bytes, request, &fault);
       if (!decoded.ok()) {
-        Refused(keys_k[0], fault, decoded.status());
+        Refused(keys_k[0], *snapshot_bytes, fault, decoded.status());
         continue;
       }
       inputs.snapshots = std::move(decoded->snapshots);
@@ -166,7 +165,14 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       it = static_cast<int64_t>(it->second.size()) == k ? std::next(it) : inputs.rows.erase(it);
     }
     Result<PromptCache> cache = RebuildPromptCache(ns.fingerprint.spec(), inputs);
-    if (!cache.ok()) return cache.status();  // a bug: the checks above make every leaf whole
+    if (!cache.ok()) {
+      // The checks above should make every leaf whole; if values that
+      // passed them still do not, this boundary is a miss, not an error.
+      Add(&Stats::rebuild_failures);
+      std::lock_guard<std::mutex> l(stats_mu);
+      stats.last_refusal = std::string(cache.status().message());
+      continue;
+    }
     Add(&Stats::hits);
     Add(&Stats::tokens_served, k * c);
     Add(&Stats::foreign_tokens_served, foreign);

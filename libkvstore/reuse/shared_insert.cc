@@ -2,10 +2,8 @@
 // the prompt needs, then the missing chunks and snapshots encoded and
 // stored with SET NX in batches of about max_batch_bytes.
 #include <algorithm>
-#include <future>
 
 #include "libkvstore/reuse/shared_tier.h"
-#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -29,13 +27,10 @@ Result<CacheAt> StateOf(const SharedNamespace& ns, const PromptCache& cache, int
 }
 
 // Values stored with pipelined SET NX calls of about max_batch_bytes, each
-// call on a thread of its own so that the next batch is encoded meanwhile.
+// call on a pool worker so that the next batch is encoded meanwhile.
 class PutBatch {
  public:
   explicit PutBatch(SharedPromptCache::Impl& impl) : impl_(impl) {}
-  ~PutBatch() {
-    if (inflight_.valid()) inflight_.wait();
-  }
   Status Add(std::string key, std::string value, bool snapshot) {
     bytes_ += value.size();
     items_.push_back({std::move(key), std::move(value), snapshot});
@@ -45,8 +40,7 @@ class PutBatch {
   Status Send() {
     if (items_.empty()) return Status::OK();
     KV_RETURN_IF_ERROR(Wait());
-    inflight_ = std::async(std::launch::async,
-                           [this, items = std::move(items_)]() { return Put(items); });
+    inflight_ = impl_.pool->Submit<Status>([this, items = std::move(items_)]() { return Put(items); });
     items_.clear();
     bytes_ = 0;
     return Status::OK();
@@ -61,7 +55,12 @@ class PutBatch {
     std::string key, value;
     bool snapshot;
   };
-  Status Wait() { return inflight_.valid() ? inflight_.get() : Status::OK(); }
+  Status Wait() {
+    if (!inflight_.valid()) return Status::OK();
+    Status s = inflight_.Get();
+    inflight_ = TaskPool::Pending<Status>();
+    return s;
+  }
   Status Put(const std::vector<Item>& items) {
     std::vector<KvPut> puts;
     for (const Item& item : items) puts.push_back({item.key, item.value});
@@ -85,7 +84,7 @@ class PutBatch {
   SharedPromptCache::Impl& impl_;
   std::vector<Item> items_;
   size_t bytes_ = 0;
-  std::future<Status> inflight_;
+  TaskPool::Pending<Status> inflight_;  // waited for when the batch is destroyed
 };
 
 ChunkHeader HeaderFor(const SharedNamespace& ns, ChunkKind kind, int64_t i, std::span<const int32_t> tokens,
@@ -181,7 +180,7 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
   for (size_t first = 0; first < missing.size(); first += per_batch) {
     const size_t n = std::min(per_batch, missing.size() - first);
     std::vector<std::optional<Result<std::string>>> values(n);
-    (void)ParallelFor(n, options.codec_threads, [&](size_t j) -> Status {
+    (void)pool->ParallelFor(n, options.codec_threads, [&](size_t j) -> Status {
       Result<std::optional<std::string>> value = EncodeRowsChunk(ns, missing[first + j], job.tokens, chain, states,
                                                                  keys[missing[first + j]], options.writer_id, encode);
       if (!value.ok()) {

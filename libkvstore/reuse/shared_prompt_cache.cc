@@ -2,7 +2,10 @@
 // Fetching is in shared_fetch.cc, writing in shared_insert.cc.
 #include <unistd.h>
 
+#include <system_error>
+
 #include "libkvstore/reuse/shared_tier.h"
+#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -44,7 +47,8 @@ std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(con
   return ns;
 }
 
-void SharedPromptCache::Impl::Refused(const std::string& key, ChunkFault fault, const Status& why) {
+void SharedPromptCache::Impl::Refused(const std::string& key, const std::string& value, ChunkFault fault,
+                                      const Status& why) {
   Add(fault == ChunkFault::kForged       ? &Stats::forged
       : fault == ChunkFault::kMismatched ? &Stats::mismatched
                                          : &Stats::corrupt);
@@ -52,11 +56,11 @@ void SharedPromptCache::Impl::Refused(const std::string& key, ChunkFault fault, 
     std::lock_guard<std::mutex> l(stats_mu);
     stats.last_refusal = std::string(why.message());
   }
-  const std::string keys[] = {key};
-  if (options.backend->Delete(keys).ok()) {
-    Add(&Stats::deleted);
-  } else {
+  Result<bool> deleted = options.backend->DeleteIfEquals(key, value);
+  if (!deleted.ok()) {
     Add(&Stats::backend_errors);
+  } else {
+    Add(*deleted ? &Stats::deleted : &Stats::replaced_before_delete);
   }
 }
 
@@ -99,10 +103,23 @@ Result<std::unique_ptr<SharedPromptCache>> SharedPromptCache::Open(SharedPromptC
   if (options.writer_id.empty()) options.writer_id = DefaultWriterId();
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
-  if (impl->options.async_insert) {
-    for (int i = 0; i < impl->options.writer_threads; ++i) impl->writers.emplace_back([p = impl.get()] { p->WriterLoop(); });
+  // One worker per codec thread, and one more for the backend call that
+  // overlaps the coding; fewer if the system refuses (then calls run inline).
+  const int codec = impl->options.codec_threads > 0 ? impl->options.codec_threads : DefaultThreads();
+  impl->pool = std::make_unique<TaskPool>(codec + 1);
+  auto cache = std::unique_ptr<SharedPromptCache>(new SharedPromptCache(std::move(impl)));
+  if (cache->impl_->options.async_insert) {
+    Impl* p = cache->impl_.get();
+    for (int i = 0; i < p->options.writer_threads; ++i) {
+      try {
+        p->writers.emplace_back([p] { p->WriterLoop(); });
+      } catch (const std::system_error& e) {
+        if (!p->writers.empty()) break;  // fewer writers
+        return Status::ResourceExhausted(std::string("shared tier: cannot start a writer thread: ") + e.what());
+      }
+    }
   }
-  return std::unique_ptr<SharedPromptCache>(new SharedPromptCache(std::move(impl)));
+  return cache;
 }
 
 Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Fetch(const ModelFingerprint& model,

@@ -15,6 +15,7 @@
 #include "libkvstore/reuse/chunk_codec.h"
 #include "libkvstore/reuse/chunk_keys.h"
 #include "libkvstore/reuse/chunk_layout.h"
+#include "libkvstore/util/task_pool.h"
 
 namespace kvstore {
 
@@ -51,6 +52,9 @@ struct InsertJob {
 
 struct SharedPromptCache::Impl {
   SharedPromptCacheOptions options;
+  // Encodes, decodes and overlaps backend calls for every fetch and insert:
+  // no call starts a thread of its own.
+  std::unique_ptr<TaskPool> pool;
 
   mutable std::mutex stats_mu;
   Stats stats;
@@ -77,8 +81,9 @@ struct SharedPromptCache::Impl {
   // shared_insert.cc
   Status Write(const InsertJob& job);
 
-  // Counts a refused value (`why` its decoding status) and deletes its key.
-  void Refused(const std::string& key, ChunkFault fault, const Status& why);
+  // Counts a refused value (`why` its decoding status) and deletes its key
+  // while it still holds `value`, never a value written since.
+  void Refused(const std::string& key, const std::string& value, ChunkFault fault, const Status& why);
 };
 
 }  // namespace kvstore

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -28,7 +29,13 @@ Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& f
     for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) results[i] = fn(i);
   };
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < workers; ++t) pool.emplace_back(work);
+  for (size_t t = 1; t < workers; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the ones started and this one do the rest
+    }
+  }
   work();
   for (std::thread& t : pool) t.join();
   for (const Status& s : results) {

@@ -1,5 +1,8 @@
 // ParallelFor: runs fn(i) for i in [0, n) on up to `threads` threads (0 = all
-// cores). Items are handed out dynamically; returns the first error by index.
+// cores), the caller's included. Items are handed out dynamically; returns
+// the first error by index. Threads the system refuses to start are done
+// without (never an exception). Starts threads on every call: code called
+// per request uses a TaskPool (task_pool.h) instead.
 #ifndef KVSTORE_LIBKVSTORE_UTIL_PARALLEL_H_
 #define KVSTORE_LIBKVSTORE_UTIL_PARALLEL_H_
 

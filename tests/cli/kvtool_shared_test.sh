@@ -38,6 +38,38 @@ grep -q '^verified: digests and seal match$' "$dir/inspect.out" || fail "inspect
 grep -Eq '^0 +0 +KVCache +F16\[1, 2, 16, 16\] F16\[1, 2, 16, 16\]$' "$dir/inspect.out" || fail "inspect layers: $(cat "$dir/inspect.out")"
 "$kvtool" inspect "$url" --key "$key" --verify --secret wrong > /dev/null 2> "$dir/err"; rc=$?
 [[ $rc == 3 ]] && grep -q 'HMAC seal does not match' "$dir/err" || fail "wrong secret: exit $rc $(cat "$dir/err")"
+# The secret from a file or the environment, kept out of ps; not both flags.
+printf 'cli-secret\n' > "$dir/secret"
+"$kvtool" inspect "$url" --key "$key" --verify --secret-file "$dir/secret" > "$dir/inspect.out" ||
+  fail "--secret-file: $(cat "$dir/inspect.out")"
+grep -q '^verified: digests and seal match$' "$dir/inspect.out" || fail "--secret-file verified"
+KVSTORE_SHARED_SECRET=cli-secret "$kvtool" inspect "$url" --key "$key" --verify > "$dir/inspect.out" ||
+  fail "KVSTORE_SHARED_SECRET: $(cat "$dir/inspect.out")"
+grep -q '^verified: digests and seal match$' "$dir/inspect.out" || fail "KVSTORE_SHARED_SECRET verified"
+KVSTORE_SHARED_SECRET=wrong "$kvtool" inspect "$url" --key "$key" --verify > /dev/null 2>&1; rc=$?
+[[ $rc == 3 ]] || fail "wrong KVSTORE_SHARED_SECRET: exit $rc"
+"$kvtool" inspect "$url" --key "$key" --verify --secret a --secret-file "$dir/secret" > /dev/null 2> "$dir/err"; rc=$?
+[[ $rc == 1 ]] && grep -q 'give one' "$dir/err" || fail "--secret and --secret-file: exit $rc $(cat "$dir/err")"
+"$kvtool" inspect "$url" --key "$key" --verify --secret-file "$dir/none" > /dev/null 2> "$dir/err"; rc=$?
+[[ $rc == 2 ]] || fail "missing --secret-file: exit $rc $(cat "$dir/err")"
+# A planted header: terminal escapes in its writer and namespace are
+# printed as \xNN, and an index whose token span overflows int64 is said so.
+python3 - "$dir/hostile" <<'PY'
+import json, struct, sys
+meta = {"kvstore_chunk_format": "kvstore-chunk/1", "kvstore_chunk_kind": "rows",
+        "kvstore_chunk_namespace": "\x1b[31mns", "kvstore_chunk_index": "9223372036854775807",
+        "kvstore_chunk_tokens": "16", "kvstore_chunk_token_ids": "", "kvstore_chunk_chain": "c",
+        "kvstore_chunk_parent": "", "kvstore_chunk_layers": "", "kvstore_chunk_writer": "\x1b]0;pwned\x07evil"}
+header = json.dumps({"__metadata__": {"1." + k: v for k, v in meta.items()}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header)
+PY
+cli -x set "${prefix}hostile" < "$dir/hostile" > /dev/null
+"$kvtool" inspect "$url" --key "${prefix}hostile" > "$dir/hostile.out" 2>&1; rc=$?
+grep -q $'\x1b' "$dir/hostile.out" && fail "hostile strings printed raw: $(cat -v "$dir/hostile.out")"
+grep -qF 'writer: \x1b]0;pwned\x07evil' "$dir/hostile.out" || fail "hostile writer: $(cat -v "$dir/hostile.out")"
+grep -qF 'namespace: \x1b[31mns' "$dir/hostile.out" || fail "hostile namespace: $(cat -v "$dir/hostile.out")"
+grep -q '^kind: rows, chunk 9223372036854775807: tokens beyond int64$' "$dir/hostile.out" ||
+  fail "hostile index (exit $rc): $(cat -v "$dir/hostile.out")"
 "$kvtool" inspect "$url" --key "${prefix}nope" > /dev/null 2> "$dir/err"; rc=$?
 [[ $rc == 2 ]] || fail "missing key: exit $rc $(cat "$dir/err")"
 "$kvtool" inspect "$url" > /dev/null 2> "$dir/err"; rc=$?

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "kvstore/arrays_cache.h"
+#include "kvstore/rotating_kv_cache.h"
 #include "libkvstore/reuse/chunk_codec.h"
 
 namespace {
@@ -28,6 +30,42 @@ const kvstore::ModelFingerprint& Model() {
   return fp;
 }
 
+// What a fetch takes from the values of the other kind at this boundary:
+// for a rows value, snapshots of the leaves it has no rows for; for a
+// snapshot value, zero rows of the rows leaves. What the value itself must
+// carry is never filled in.
+void CompleteInputs(const std::vector<kvstore::LeafInfo>& leaves, kvstore::ChunkKind kind,
+                    kvstore::RebuildInputs& inputs) {
+  using kvstore::Array;
+  using kvstore::DType;
+  for (const kvstore::LeafInfo& leaf : leaves) {
+    const kvstore::CacheSpec& s = *leaf.spec;
+    if (inputs.rows.count(leaf.path) > 0 || inputs.snapshots.count(leaf.path) > 0) continue;
+    if ((kind == kvstore::ChunkKind::kSnapshot) != (leaf.kind == kvstore::LeafKind::kRows)) continue;
+    if (leaf.kind == kvstore::LeafKind::kRows && s.class_name == "QuantizedKVCache") {
+      const Array wq = Array::Zeros(DType::kU32, {1, s.kv_heads, kChunk, s.k_head_dim * s.bits / 32});
+      const Array scales = Array::Zeros(s.dtype, {1, s.kv_heads, kChunk, s.k_head_dim / s.group_size});
+      inputs.rows[leaf.path].push_back({wq, scales, scales, wq, scales, scales});
+    } else if (leaf.kind == kvstore::LeafKind::kRows) {
+      const Array kv = Array::Zeros(s.dtype, {1, s.kv_heads, kChunk, s.k_head_dim});
+      inputs.rows[leaf.path].push_back({kv, kv});
+    } else if (leaf.kind == kvstore::LeafKind::kRotating) {
+      auto window = std::make_shared<kvstore::RotatingKVCache>(s.max_size, s.keep);
+      const Array kv = Array::Zeros(s.dtype, {1, s.kv_heads, kChunk, s.k_head_dim});
+      if (!window->UpdateAndFetch(kv, kv).ok()) std::abort();
+      inputs.snapshots[leaf.path] = window;
+    } else {
+      auto arrays = std::make_shared<kvstore::ArraysCache>(s.slots.size());
+      for (size_t i = 0; i < s.slots.size(); ++i) {
+        kvstore::Shape shape = {1};
+        shape.insert(shape.end(), s.slots[i].shape.begin(), s.slots[i].shape.end());
+        if (!arrays->SetSlot(i, Array::Zeros(s.slots[i].dtype, shape)).ok()) std::abort();
+      }
+      inputs.snapshots[leaf.path] = arrays;
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -41,11 +79,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string key = kvstore::ChunkKey("kvstore:", ns, kind, chain);
       kvstore::ChunkRequest request{key, kind, &ns, 0, tokens, &chain, nullptr, &leaves, secret};
       kvstore::Result<kvstore::DecodedChunk> chunk = kvstore::DecodeChunk(value, request);
-      if (!chunk.ok() || kind != kvstore::ChunkKind::kRows) continue;
+      if (!chunk.ok()) continue;
+      // An accepted value, with what the other values give, rebuilds.
       kvstore::RebuildInputs inputs;
       inputs.tokens = kChunk;
       for (auto& [path, rows] : chunk->rows) inputs.rows[path].push_back(rows);
-      (void)kvstore::RebuildPromptCache(Model().spec(), inputs);  // snapshot layers missing: an error, no crash
+      inputs.snapshots = chunk->snapshots;
+      CompleteInputs(leaves, kind, inputs);
+      kvstore::Result<kvstore::PromptCache> rebuilt = kvstore::RebuildPromptCache(Model().spec(), inputs);
+      if (!rebuilt.ok() || rebuilt->size() != Model().spec().layers.size()) std::abort();
     }
   }
   return 0;

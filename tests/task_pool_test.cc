@@ -1,0 +1,150 @@
+// TaskPool, and the shared tier when the system refuses to start threads:
+// every call completes (with less parallelism), nothing throws, nothing
+// waits behind a busy pool.
+#include "libkvstore/util/task_pool.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <latch>
+#include <thread>
+
+#include "kvstore/kv_cache.h"
+#include "libkvstore/util/parallel.h"
+#include "shared_tier_testutil.h"
+
+namespace kvstore {
+namespace {
+
+using testing::Iota;
+using testing::Prefill;
+
+TEST(TaskPoolTest, ParallelForRunsEveryItemAndReportsTheFirstError) {
+  TaskPool pool(3);
+  std::vector<std::atomic<int>> runs(1000);
+  ASSERT_OK(pool.ParallelFor(runs.size(), 0, [&](size_t i) {
+    ++runs[i];
+    return Status::OK();
+  }));
+  for (const auto& r : runs) ASSERT_EQ(r.load(), 1);
+  Status s = pool.ParallelFor(100, 4, [](size_t i) {
+    return i == 17 || i == 60 ? Status::Corruption("item " + std::to_string(i)) : Status::OK();
+  });
+  EXPECT_THAT(s, testing::HasCode(StatusCode::kCorruption, "item 17"));
+}
+
+// Every worker blocked: a ParallelFor and a submitted call still finish on
+// the calling thread.
+TEST(TaskPoolTest, CallsCompleteWhileEveryWorkerIsBusy) {
+  TaskPool pool(2);
+  ASSERT_EQ(pool.workers(), 2);
+  std::latch release(1);
+  std::vector<TaskPool::Pending<int>> blockers;
+  for (int i = 0; i < 2; ++i) blockers.push_back(pool.Submit<int>([&] { return release.wait(), 0; }));
+  // Released before the blockers are waited for, also when an assertion returns early.
+  const std::unique_ptr<std::latch, void (*)(std::latch*)> unblock(&release, [](std::latch* l) { l->count_down(); });
+  std::atomic<int> sum{0};
+  ASSERT_OK(pool.ParallelFor(50, 3, [&](size_t i) {
+    sum += static_cast<int>(i);
+    return Status::OK();
+  }));
+  EXPECT_EQ(sum.load(), 49 * 50 / 2);
+  const std::thread::id caller = std::this_thread::get_id();
+  TaskPool::Pending<std::thread::id> ran = pool.Submit<std::thread::id>([] { return std::this_thread::get_id(); });
+  EXPECT_EQ(ran.Get(), caller);
+}
+
+// Runs `body` in a child process whose address space leaves no room for a
+// thread stack, so that starting a thread fails (as at RLIMIT_NPROC or a
+// cgroup's pids limit; rlimits on processes do not bind root). The child's
+// exit code is body's, 99 for an exception, 128 + N for signal N.
+int WithoutThreads(const std::function<int()>& body) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    const rlim_t now = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+    const rlimit limit{now + (rlim_t{6} << 20), now + (rlim_t{6} << 20)};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(90);
+    // The C library reuses the stacks of threads that have ended: take
+    // them all with threads that never end (they die with the child), until
+    // a new one fails.
+    static std::latch never(1);
+    for (int started = 0;; ++started) {
+      if (started == 64) _exit(91);  // the limit does not stop threads: the test would prove nothing
+      try {
+        std::thread([] { never.wait(); }).detach();
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    try {
+      _exit(body());
+    } catch (...) {
+      _exit(99);  // an exception escaped the library
+    }
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KVSTORE_SKIP_WITHOUT_THREADS() GTEST_SKIP() << "sanitizers reserve address space beyond RLIMIT_AS"
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define KVSTORE_SKIP_WITHOUT_THREADS() GTEST_SKIP() << "sanitizers reserve address space beyond RLIMIT_AS"
+#endif
+#endif
+#ifndef KVSTORE_SKIP_WITHOUT_THREADS
+#define KVSTORE_SKIP_WITHOUT_THREADS() (void)0
+#endif
+
+TEST(TaskPoolTest, WithoutThreadsEverythingRunsInline) {
+  KVSTORE_SKIP_WITHOUT_THREADS();
+  EXPECT_EQ(WithoutThreads([] {
+              TaskPool pool(4);
+              if (pool.workers() != 0) return 2;
+              int sum = 0;
+              if (!pool.ParallelFor(10, 4, [&](size_t i) { return sum += static_cast<int>(i), Status::OK(); }).ok()) {
+                return 3;
+              }
+              if (sum != 45 || pool.Submit<int>([] { return 7; }).Get() != 7) return 4;
+              std::atomic<int> n{0};
+              if (!ParallelFor(10, 4, [&](size_t) { return ++n, Status::OK(); }).ok() || n != 10) return 5;
+              return 0;
+            }),
+            0);
+}
+
+// The shared tier opened, written (compressed, so the zstd writer too) and
+// read where no thread can start: the same hit as with threads.
+TEST(TaskPoolTest, TheSharedTierWorksWithoutThreads) {
+  KVSTORE_SKIP_WITHOUT_THREADS();
+  std::unique_ptr<KvBackend> backend = NewMemKvBackend();
+  PromptCache cache = {std::make_shared<KVCache>(), std::make_shared<KVCache>()};
+  for (auto& layer : cache) Prefill(*layer, 40, 8, 5);
+  const ModelFingerprint fp = testing::FingerprintOf(cache);
+  const std::vector<int32_t> tokens = Iota(40);
+  EXPECT_EQ(WithoutThreads([&] {
+              SharedPromptCacheOptions options{.backend = backend.get(), .chunk_tokens = 8,
+                                               .compression_level = 3, .async_insert = false,
+                                               .max_batch_bytes = 4096};
+              auto tier = SharedPromptCache::Open(options);
+              if (!tier.ok()) return 2;
+              if (!(*tier)->Insert(fp, tokens, cache).ok()) return 3;
+              auto hit = (*tier)->Fetch(fp, tokens);
+              if (!hit.ok() || !hit->has_value() || (*hit)->tokens != 40) return 4;
+              options.async_insert = true;
+              auto async = SharedPromptCache::Open(options);
+              if (async.ok() || async.status().code() != StatusCode::kResourceExhausted) return 5;
+              return 0;
+            }),
+            0);
+}
+
+}  // namespace
+}  // namespace kvstore
