@@ -3,7 +3,7 @@
 ``save_prompt_cache`` / ``load_prompt_cache`` take and return real mlx-lm cache objects
 (built with ``cls.from_state(state, meta_state)`` as mlx-lm does) and add verified
 (SHA-256) and compressed files. ``TieredPromptCache`` replaces ``LRUPromptCache`` in
-``mlx_lm.server`` with a memory tier that behaves like it plus a persistent disk tier.
+``mlx_lm.server`` with a memory tier that behaves like it plus persistent disk and Redis tiers.
 
 MLX and mlx-lm are imported on first use; importing this module needs neither.
 """
