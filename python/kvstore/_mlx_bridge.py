@@ -63,7 +63,24 @@ def _to_mx(state):
         return [_to_mx(s) for s in state]
     if state.dtype.startswith("F8"):
         return mx().array(memoryview(state))  # no MLX dtype: raw bytes as uint8
-    return mx().array(state)  # DLPack: a copy in MLX memory, BF16 stays bfloat16
+    return mx().array(_MlxImport(state))  # DLPack: a copy in MLX memory, BF16 stays bfloat16
+
+
+class _MlxImport:
+    """A Tensor as mx.array imports it: mx.array copies what it imports, so it may read
+    the read-only storage through a zero-copy legacy capsule (kvstore.Tensor.__dlpack__
+    would copy for a legacy consumer, to protect consumers that write)."""
+
+    __slots__ = ("_tensor",)
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._tensor._dlpack_view()
+
+    def __dlpack_device__(self):
+        return self._tensor.__dlpack_device__()
 
 
 def _empty_f32():

@@ -1,7 +1,6 @@
-"""TieredPromptCache: mlx_lm.server's LRUPromptCache with a disk tier behind it."""
+"""TieredPromptCache: mlx_lm.server's LRUPromptCache with disk and Redis tiers behind it."""
 
 import copy
-import json
 import logging
 import os
 import queue
@@ -10,42 +9,20 @@ import weakref
 
 from . import _kvstore
 from ._mlx_bridge import caches_from_layers, layers_from_caches
-from .errors import NotSupportedError
+from ._model_id import model_id
 
 log = logging.getLogger("kvstore")
 
 _INT64_MAX = (1 << 63) - 1
 
 
-def model_fingerprint(model):
-    """The disk-tier name of an mlx-lm model key, or None when it has no stable one.
+class _TierWriter:
+    """Writes entries to the disk and shared tiers on one background thread, in order."""
 
-    mlx_lm.server keys caches by a tuple such as (model_path, adapter_path,
-    draft_model_path). Keys made of str, int, float, bool, None and tuples or lists of
-    them are written as compact JSON ("kvstore-model/1:" + json), which is the same in
-    every process; any other hashable is served from memory only.
-    """
-
-    def plain(x):
-        if x is None or isinstance(x, (str, int, float, bool)):
-            return x
-        if isinstance(x, (tuple, list)):
-            return [plain(v) for v in x]
-        raise TypeError
-
-    try:
-        return "kvstore-model/1:" + json.dumps(plain(model), separators=(",", ":"))
-    except (TypeError, ValueError):
-        return None
-
-
-class _DiskWriter:
-    """Writes entries to the disk tier on one background thread, in order."""
-
-    def __init__(self, store, max_pending=8):
-        self._store = store
+    def __init__(self, tiers, max_pending=8):
+        self._tiers = tiers  # [(name, tier with put(model, tokens, layers))]
         self._queue = queue.Queue(maxsize=max_pending)
-        self._thread = threading.Thread(target=self._run, name="kvstore-disk-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="kvstore-tier-writer", daemon=True)
         self._thread.start()
 
     def submit(self, model, tokens, layers):
@@ -64,51 +41,72 @@ class _DiskWriter:
             try:
                 if job is None:
                     return
-                self._store.put(*job)
-            except Exception as e:  # a failed write loses a cache, never the server
-                log.warning("kvstore: disk tier write failed: %s", e)
+                for name, tier in self._tiers:
+                    try:
+                        tier(*job)
+                    except Exception as e:  # a failed write loses a cache, never the server
+                        log.warning("kvstore: %s tier write failed: %s", name, e)
             finally:
                 self._queue.task_done()
 
 
 class TieredPromptCache:
-    """A drop-in for mlx_lm.server's ``LRUPromptCache``, with a persistent disk tier.
+    """A drop-in for mlx_lm.server's ``LRUPromptCache``, with persistent tiers behind it.
 
     The memory tier is mlx-lm's LRUPromptCache policy (the same trie search, tiers by
     ``cache_type``, prefix removal and eviction; fetches return deep copies), so memory
     hits are exactly what LRUPromptCache returns. On a memory miss the disk tier
-    (``directory``, at most ``disk_bytes``) serves the longest reusable prefix of the
-    tokens (a stored prefix, or a longer trimmable entry trimmed to the common prefix),
-    verified against its SHA-256 digests; a corrupt or unreadable file is a miss
-    (logged), never an exception. Inserts go to memory at once and to disk on a
-    background thread; ``close()`` (also on ``with`` exit and at interpreter exit)
-    flushes them. A server restarted on the same directory serves its old prefixes.
+    (``directory``, at most ``disk_bytes``) and then the shared tier (``redis``, a
+    ``redis://[USER:PASSWORD@]HOST:PORT`` URL) serve the longest reusable prefix of the
+    tokens (a stored prefix, or on disk a longer trimmable entry trimmed to the common
+    prefix), verified before use; a corrupt, unreadable or unreachable entry is a miss
+    (logged or counted), never an exception. Inserts go to memory at once and to the
+    persistent tiers on a background thread; ``close()`` (also on ``with`` exit and at
+    interpreter exit) flushes them. A server restarted on the same directory serves its
+    old prefixes.
 
-    ``redis`` is reserved for the shared tier. Every method is thread-safe. MLX itself
-    binds arrays to the stream of the thread that made them (MLX 0.32 raises "There is
-    no Stream(cpu, 0) in current thread" elsewhere), so call it from the thread that
-    runs the model, as mlx_lm.server does; the disk writer thread never touches MLX.
+    The persistent tiers key every entry by a model fingerprint: the model key's stable
+    name plus the structure of the caches the model produces (class, dtype, KV heads,
+    head dims, quantization, window per layer). The structure is learned from this
+    process's inserts for that model, or declared with ``register_model``; until it is
+    known, the persistent tiers miss for that model, and entries written for another
+    structure (``--kv-bits``, ``--max-kv-size``, other weights) are refused, never served.
+
+    Every method is thread-safe. MLX itself binds arrays to the stream of the thread that
+    made them (MLX 0.32 raises "There is no Stream(cpu, 0) in current thread"
+    elsewhere), so call it from the thread that runs the model, as mlx_lm.server does;
+    the writer thread never touches MLX.
     """
 
-    def __init__(self, max_size=10, max_bytes=1 << 63, *, directory=None, disk_bytes=16 << 30, redis=None):
-        if redis is not None:
-            raise NotSupportedError(
-                "TieredPromptCache(redis=...): this build of kvstore has no Redis tier yet; "
-                "use directory=... for a persistent tier"
-            )
+    def __init__(self, max_size=10, max_bytes=1 << 63, *, directory=None, disk_bytes=16 << 30, redis=None,
+                 redis_namespace="kvstore:", redis_secret=None, redis_chunk_tokens=256):
         self.max_size = max_size
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._memory = _kvstore.MemoryIndex(min(max_size, _INT64_MAX), min(max_bytes, _INT64_MAX))
         self._model_keys = {}
-        self._disk = None
-        self._writer = None
+        self._model_ids = {}  # model key -> stable name (or None), taken once per process
+        self._fingerprints = {}  # stable name -> the ModelFingerprint the model produces now
+        self._unknown_model_misses = 0
+        self._chunk_tokens = redis_chunk_tokens
+        self._disk = self._shared = self._writer = None
+        tiers = []
         if directory is not None:
             self._disk = _kvstore.DiskStore(os.fspath(directory), min(disk_bytes, _INT64_MAX))
-            self._writer = _DiskWriter(self._disk)
-        # Flushes and closes the disk tier on close(), when the object is collected, or
-        # at interpreter exit, whichever comes first.
-        self._finalizer = weakref.finalize(self, _close_tiers, self._writer, self._disk)
+            tiers.append(("disk", self._disk.put))
+        if redis is not None:
+            try:
+                self._shared = _kvstore.SharedTier(os.fspath(redis), redis_namespace, redis_secret or "",
+                                                   redis_chunk_tokens)
+            except BaseException:
+                _close_tiers(None, self._disk, None)
+                raise
+            tiers.append(("shared", self._shared.insert))
+        if tiers:
+            self._writer = _TierWriter(tiers)
+        # Flushes and closes the tiers on close(), when the object is collected, or at
+        # interpreter exit, whichever comes first.
+        self._finalizer = weakref.finalize(self, _close_tiers, self._writer, self._disk, self._shared)
 
     # ---- LRUPromptCache's interface ----
 
@@ -132,7 +130,7 @@ class TieredPromptCache:
                 for c in cache:
                     c.trim(entry_tokens - prefix)
             return cache, (tokens[prefix:] if n_remaining else [])
-        return self._fetch_from_disk(model, tokens)
+        return self._fetch_persistent(model, tokens)
 
     def insert_cache(self, model, tokens, prompt_cache, *, cache_type="assistant"):
         """Store ``prompt_cache`` for (model, tokens); do not modify it afterwards."""
@@ -140,15 +138,12 @@ class TieredPromptCache:
         trimmable = [bool(c.is_trimmable()) for c in prompt_cache]
         with self._lock:
             self._memory.insert(self._memory_key(model), tokens, prompt_cache, nbytes, trimmable, cache_type)
-        fingerprint = model_fingerprint(model)
-        if self._writer is None or fingerprint is None or len(tokens) == 0:
-            return  # the disk tier serves no empty prefix
-        try:
-            layers = layers_from_caches(prompt_cache)  # evaluates MLX arrays on this thread
-        except Exception as e:
-            log.warning("kvstore: not writing a cache of %d layers to disk: %s", len(prompt_cache), e)
-            return
-        self._writer.submit(fingerprint, list(tokens), layers)
+        if self._writer is None or len(tokens) == 0:
+            return  # the persistent tiers serve no empty prefix
+        found = self._fingerprint_of(model, prompt_cache)
+        if found is not None:
+            fingerprint, layers = found
+            self._writer.submit(fingerprint, list(tokens), layers)
 
     def trim_to(self, *, n_sequences=None, n_bytes=None):
         """Evict from memory until at most n_sequences entries and n_bytes remain."""
@@ -162,26 +157,40 @@ class TieredPromptCache:
         with self._lock:
             return self._memory.stats_by_type()
 
-    # ---- the disk tier ----
+    # ---- the persistent tiers ----
+
+    def register_model(self, model, prompt_cache):
+        """Declare that ``model`` (the key passed to fetch/insert) now produces caches shaped
+        like ``prompt_cache`` (a cache it made, holding at least one token), so the
+        persistent tiers serve it before this process has inserted anything.
+        Returns the ModelFingerprint, or None when the key has no stable name."""
+        found = self._fingerprint_of(model, prompt_cache, strict=True)
+        return None if found is None else found[0]
 
     def disk_stats(self):
-        """{"entries", "bytes", "corrupt_dropped", "mismatched_dropped"} of the disk tier,
+        """{"entries", "bytes", "corrupt_dropped", "mismatched_dropped",
+        "fingerprint_refused", "last_refusal", "unknown_model_misses"} of the disk tier,
         or None without one."""
         if self._disk is None:
             return None
         d = self._disk
         return {"entries": d.entries, "bytes": d.bytes, "corrupt_dropped": d.corrupt_dropped,
-                "mismatched_dropped": d.mismatched_dropped}
+                "mismatched_dropped": d.mismatched_dropped, "fingerprint_refused": d.fingerprint_refused,
+                "last_refusal": d.last_refusal, "unknown_model_misses": self._unknown_model_misses}
+
+    def shared_stats(self):
+        """The shared tier's counters (fetches, hits, corrupt, forged, mismatched,
+        backend_errors, chunks_written, ...), or None without one."""
+        return None if self._shared is None else self._shared.stats()
 
     def flush(self):
-        """Wait until every insert so far is on disk."""
+        """Wait until every insert so far is in the persistent tiers."""
         if self._writer is not None:
             self._writer.flush()
 
     def close(self):
-        """Flush pending writes and release the directory. Idempotent."""
-        self._writer = None
-        self._disk = None
+        """Flush pending writes and release the directory and connections. Idempotent."""
+        self._writer = self._disk = self._shared = None
         self._finalizer()
 
     def __enter__(self):
@@ -197,23 +206,71 @@ class TieredPromptCache:
             key = self._model_keys.setdefault(model, "m%d" % len(self._model_keys))
         return key
 
-    def _fetch_from_disk(self, model, tokens):
-        disk = self._disk
-        fingerprint = model_fingerprint(model)
-        if disk is None or fingerprint is None or len(tokens) == 0:
-            return None, tokens
+    def _model_id(self, model):
+        with self._lock:
+            if model not in self._model_ids:
+                self._model_ids[model] = model_id(model)
+            return self._model_ids[model]
+
+    def _fingerprint_of(self, model, prompt_cache, strict=False):
+        """(fingerprint, layers) of a cache ``model`` made, remembered as what it produces
+        now; None when the model has no stable name or the cache no shapes (not strict)."""
+        name = self._model_id(model)
+        if name is None:
+            return None
         try:
-            hit = disk.fetch(fingerprint, list(tokens))
-            if hit is not None:
-                length, layers = hit
-                return caches_from_layers(layers), (tokens[length:] if length < len(tokens) else [])
-        except Exception as e:  # the server path never raises for the disk tier
-            log.warning("kvstore: disk tier miss after an error: %s", e)
-        return None, tokens
+            layers = layers_from_caches(prompt_cache)  # evaluates MLX arrays on this thread
+            fingerprint = _kvstore.ModelFingerprint.of(name, layers)
+        except Exception as e:
+            if strict:
+                raise
+            log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), e)
+            return None
+        with self._lock:
+            self._fingerprints[name] = fingerprint
+        return fingerprint, layers
+
+    def _fetch_persistent(self, model, tokens):
+        disk, shared = self._disk, self._shared
+        if (disk is None and shared is None) or len(tokens) == 0:
+            return None, tokens
+        name = self._model_id(model)
+        with self._lock:
+            fingerprint = self._fingerprints.get(name) if name is not None else None
+            if fingerprint is None:
+                self._unknown_model_misses += 1
+        if fingerprint is None:
+            return None, tokens  # nothing says what this model's caches look like now
+        tokens_list = list(tokens)
+        best = _ask("disk", lambda: disk.fetch(fingerprint, tokens_list)) if disk is not None else None
+        have = best[0] if best else 0
+        if shared is not None and len(tokens) // self._chunk_tokens * self._chunk_tokens > have:
+            # The shared tier holds whole chunks only: asked when it could beat the disk.
+            longer = _ask("shared", lambda: shared.fetch(fingerprint, tokens_list, best[0] if best else 0))
+            best = longer or best
+        if best is None:
+            return None, tokens
+        length, layers = best
+        try:
+            return caches_from_layers(layers), (tokens[length:] if length < len(tokens) else [])
+        except Exception as e:
+            log.warning("kvstore: persistent tier miss after an error: %s", e)
+            return None, tokens
 
 
-def _close_tiers(writer, disk):
+def _ask(tier, fetch):
+    """A tier's hit, or None: the server path never raises for a persistent tier."""
+    try:
+        return fetch()
+    except Exception as e:
+        log.warning("kvstore: %s tier miss after an error: %s", tier, e)
+        return None
+
+
+def _close_tiers(writer, disk, shared):
     if writer is not None:
         writer.close()
     if disk is not None:
         disk.close()
+    if shared is not None:
+        shared.close()

@@ -3,7 +3,7 @@
 ``save_prompt_cache`` / ``load_prompt_cache`` take and return real mlx-lm cache objects
 (built with ``cls.from_state(state, meta_state)`` as mlx-lm does) and add verified
 (SHA-256) and compressed files. ``TieredPromptCache`` replaces ``LRUPromptCache`` in
-``mlx_lm.server`` with a memory tier that behaves like it plus a persistent disk tier.
+``mlx_lm.server`` with a memory tier that behaves like it plus persistent disk and Redis tiers.
 
 MLX and mlx-lm are imported on first use; importing this module needs neither.
 """
@@ -13,6 +13,7 @@ import os
 from . import _kvstore
 from ._mlx_bridge import cache_module, caches_from_layers, layers_from_caches, layout_for
 from ._tiered import TieredPromptCache
+from .errors import Error
 
 __all__ = ["save_prompt_cache", "load_prompt_cache", "TieredPromptCache"]
 
@@ -56,9 +57,9 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     Everything else is read by kvstore and copied into MLX once.
     """
     path = os.fspath(file_name)
-    if not verify and _mlx_reads_it(path):
-        cache, metadata = cache_module().load_prompt_cache(path, return_metadata=True)
-        metadata = {k: v for k, v in metadata.items() if not _kvstore.is_kvstore_metadata_key(k)}
+    loaded = None if verify else _load_through_mlx(path)
+    if loaded is not None:
+        cache, metadata = loaded
     else:
         loaded = _kvstore.load(path, verify=verify)
         cache, metadata = caches_from_layers(loaded.layers), loaded.metadata
@@ -67,10 +68,40 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     return cache
 
 
+def _load_through_mlx(path):
+    """(cache, metadata) read by mlx-lm's own loader when kvstore's header check says it
+    reads the file exactly as kvstore would, else None.
+
+    The file is opened once: the header is checked through that descriptor and mlx-lm
+    reads the same open file, so a file atomically replaced meanwhile is never loaded
+    unchecked. A file rewritten in place meanwhile (its size or mtime changed) is read
+    again by kvstore instead.
+    """
+    if not path.endswith(".safetensors"):
+        return None  # mx.load picks the format from the name
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None  # kvstore's loader raises the error, naming the path
+    with f:
+        before = os.fstat(f.fileno())
+        try:
+            if not _mlx_reads_it("/dev/fd/%d" % f.fileno()):
+                return None
+        except (Error, OSError):
+            return None  # kvstore's loader raises it again, naming the path
+        cache, metadata = cache_module().load_prompt_cache(f, return_metadata=True)
+        if _changed(before, os.fstat(f.fileno())):
+            return None
+    return cache, {k: v for k, v in metadata.items() if not _kvstore.is_kvstore_metadata_key(k)}
+
+
+def _changed(a, b):
+    return (a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns) != (b.st_dev, b.st_ino, b.st_size, b.st_mtime_ns)
+
+
 def _mlx_reads_it(path):
     """True when the imported mlx-lm loads `path` exactly as kvstore would (header checked)."""
-    if not path.endswith(".safetensors"):
-        return False  # mx.load picks the format from the name
     info = _kvstore.inspect(path)  # the header: safetensors rules, layout, classes
     if info["compression"] is not None or info["layout"] != "mlx-lm" or "unsupported" in info:
         return False

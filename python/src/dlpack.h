@@ -1,7 +1,8 @@
 // The DLPack exchange structures (the stable C ABI of the DLPack
-// specification, version 0.8), declared here because Debian ships no
-// dlpack header. Only what the bindings use: CPU tensors, legacy
-// "dltensor" capsules.
+// specification: the legacy 0.8 structures and the versioned 1.0 ones with
+// their flags), declared here because Debian ships no dlpack header. Only
+// what the bindings use: CPU tensors, "dltensor" and "dltensor_versioned"
+// capsules.
 #ifndef KVSTORE_PYTHON_DLPACK_H_
 #define KVSTORE_PYTHON_DLPACK_H_
 
@@ -43,6 +44,25 @@ struct ManagedTensor {
 
 inline constexpr const char* kCapsuleName = "dltensor";
 inline constexpr const char* kUsedCapsuleName = "used_dltensor";
+
+// DLPack >= 1.0: a versioned tensor whose flags can say "read-only".
+struct PackVersion {
+  uint32_t major;
+  uint32_t minor;
+};
+
+struct ManagedTensorVersioned {
+  PackVersion version;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensorVersioned* self);
+  uint64_t flags;
+  Tensor dl_tensor;
+};
+
+inline constexpr uint64_t kFlagReadOnly = uint64_t{1} << 0;
+inline constexpr uint64_t kFlagIsCopied = uint64_t{1} << 1;
+inline constexpr PackVersion kVersion = {1, 0};
+inline constexpr const char* kVersionedCapsuleName = "dltensor_versioned";
 
 }  // namespace kvstore::python::dlpack
 

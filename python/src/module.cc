@@ -14,5 +14,7 @@ PYBIND11_MODULE(_kvstore, m) {
   kvstore::python::RegisterFileApi(m);
   kvstore::python::RegisterConvertApi(m);
   kvstore::python::RegisterMemoryIndex(m);
+  kvstore::python::RegisterModelFingerprint(m);
   kvstore::python::RegisterDiskStore(m);
+  kvstore::python::RegisterSharedTier(m);
 }

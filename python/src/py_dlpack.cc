@@ -2,6 +2,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "python/src/dlpack.h"
@@ -61,15 +63,68 @@ dlpack::DataType DLPackType(DType dtype) {
   }
 }
 
-// What a capsule we export owns.
+// What a capsule we export owns. `Managed` is the legacy or the versioned
+// DLPack struct.
+template <typename Managed>
 struct ExportContext {
   Array array;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
-  dlpack::ManagedTensor managed{};
+  Managed managed{};
 };
 
-void DeleteExport(dlpack::ManagedTensor* self) { delete static_cast<ExportContext*>(self->manager_ctx); }
+template <typename Managed>
+void DeleteExport(Managed* self) {
+  delete static_cast<ExportContext<Managed>*>(self->manager_ctx);
+}
+
+// A fresh, writable, row-major copy of `array` (one pass over the bytes).
+Array WritableCopy(const Array& array) {
+  Array copy = Array::FromStorage(array.dtype(), array.shape(), Storage::AllocateUninitialized(array.nbytes()), 0);
+  ThrowIfError(copy.CopyFrom(array));
+  return copy;
+}
+
+template <typename Managed>
+constexpr bool kVersioned = std::is_same_v<Managed, dlpack::ManagedTensorVersioned>;
+
+template <typename Managed>
+constexpr const char* CapsuleName() {
+  return kVersioned<Managed> ? dlpack::kVersionedCapsuleName : dlpack::kCapsuleName;
+}
+
+template <typename Managed>
+void DestroyCapsule(PyObject* capsule) {
+  // Only an unconsumed capsule still owns its tensor (a consumer renames it).
+  if (PyCapsule_IsValid(capsule, CapsuleName<Managed>())) {
+    auto* m = static_cast<Managed*>(PyCapsule_GetPointer(capsule, CapsuleName<Managed>()));
+    m->deleter(m);
+  }
+}
+
+template <typename Managed>
+py::capsule Export(const Array& array, uint64_t flags = 0) {
+  auto ctx = std::make_unique<ExportContext<Managed>>();
+  ctx->array = array;
+  ctx->shape = array.shape();
+  ctx->strides = array.strides();
+  dlpack::Tensor& t = ctx->managed.dl_tensor;
+  t.data = const_cast<std::byte*>(array.data());
+  t.device = {dlpack::kDLCPU, 0};
+  t.ndim = array.ndim();
+  t.dtype = DLPackType(array.dtype());
+  t.shape = ctx->shape.data();
+  t.strides = ctx->strides.data();
+  t.byte_offset = 0;
+  if constexpr (kVersioned<Managed>) {
+    ctx->managed.version = dlpack::kVersion;
+    ctx->managed.flags = flags;
+  }
+  ctx->managed.manager_ctx = ctx.get();
+  ctx->managed.deleter = DeleteExport<Managed>;
+  Managed* managed = &ctx.release()->managed;
+  return py::capsule(managed, CapsuleName<Managed>(), &DestroyCapsule<Managed>);
+}
 
 }  // namespace
 
@@ -106,29 +161,25 @@ Array FromDLPack(py::handle obj, std::optional<DType> as) {
   return WrapForeign(dtype, shape, data, byte_strides, owner);
 }
 
-py::capsule ToDLPack(const Array& array) {
-  auto ctx = std::make_unique<ExportContext>();
-  ctx->array = array;
-  ctx->shape = array.shape();
-  ctx->strides = array.strides();
-  dlpack::Tensor& t = ctx->managed.dl_tensor;
-  t.data = const_cast<std::byte*>(array.data());
-  t.device = {dlpack::kDLCPU, 0};
-  t.ndim = array.ndim();
-  t.dtype = DLPackType(array.dtype());
-  t.shape = ctx->shape.data();
-  t.strides = ctx->strides.data();
-  t.byte_offset = 0;
-  ctx->managed.manager_ctx = ctx.get();
-  ctx->managed.deleter = DeleteExport;
-  dlpack::ManagedTensor* managed = &ctx.release()->managed;
-  return py::capsule(managed, dlpack::kCapsuleName, [](PyObject* capsule) {
-    // Only an unconsumed capsule still owns its tensor.
-    if (PyCapsule_IsValid(capsule, dlpack::kCapsuleName)) {
-      auto* m = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(capsule, dlpack::kCapsuleName));
-      m->deleter(m);
-    }
-  });
+py::capsule ToDLPack(const Array& array, const DLPackRequest& request) {
+  const bool copy = request.copy.value_or(!request.versioned);
+  if (!copy && !request.versioned) {
+    PyErr_SetString(PyExc_BufferError,
+                    "kvstore.Tensor.__dlpack__(copy=False): the tensor is read-only (it may map a file) and a "
+                    "consumer without DLPack 1.0 (max_version >= (1, 0)) cannot be told so; pass copy=True or "
+                    "read it through the buffer protocol (np.asarray, memoryview), which is read-only");
+    throw py::error_already_set();
+  }
+  if (copy) {
+    const Array fresh = WritableCopy(array);
+    if (!request.versioned) return Export<dlpack::ManagedTensor>(fresh);
+    return Export<dlpack::ManagedTensorVersioned>(fresh, dlpack::kFlagIsCopied);
+  }
+  return Export<dlpack::ManagedTensorVersioned>(array, dlpack::kFlagReadOnly);
+}
+
+py::capsule ToDLPackView(const Array& array) {
+  return Export<dlpack::ManagedTensor>(array);
 }
 
 }  // namespace kvstore::python

@@ -1,6 +1,7 @@
 // kvstore._kvstore.DiskStore: the disk tier (PromptCacheStore) for
-// TieredPromptCache. Thread-safe like the store; the GIL is released while
-// files are read, verified and written.
+// TieredPromptCache, keyed and checked by model fingerprint: a fetch never
+// serves an entry written for another model configuration. Thread-safe like
+// the store; the GIL is released while files are read, verified and written.
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
@@ -34,19 +35,14 @@ class PyDiskStore {
     dropped_ = report.dropped;
   }
 
-  void Put(const std::string& model, const std::vector<int32_t>& tokens, py::handle layers) {
+  // InvalidArgumentError when the layers do not match `model`.
+  void Put(const ModelFingerprint& model, const std::vector<int32_t>& tokens, py::handle layers) {
     std::shared_ptr<PromptCacheStore> store = Get();
-    const PromptCache cache = LayersFromPython(layers);
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = store->Put(model, tokens, cache);
-    }
-    ThrowIfError(s);
+    StoreLayers(layers, [&](const PromptCache& cache) { return store->Put(model, tokens, cache); });
   }
 
   // (length, [Layer...]) for the longest stored prefix of `tokens`, or None.
-  py::object Fetch(const std::string& model, const std::vector<int32_t>& tokens) {
+  py::object Fetch(const ModelFingerprint& model, const std::vector<int32_t>& tokens) {
     std::shared_ptr<PromptCacheStore> store = Get();
     auto hit = [&] {
       py::gil_scoped_release release;
@@ -89,6 +85,8 @@ void RegisterDiskStore(py::module_& m) {
       .def_property_readonly("bytes", [](const PyDiskStore& s) { return s.Get()->bytes(); })
       .def_property_readonly("corrupt_dropped", [](const PyDiskStore& s) { return s.Get()->corrupt_dropped(); })
       .def_property_readonly("mismatched_dropped", [](const PyDiskStore& s) { return s.Get()->mismatched_dropped(); })
+      .def_property_readonly("fingerprint_refused", [](const PyDiskStore& s) { return s.Get()->fingerprint_refused(); })
+      .def_property_readonly("last_refusal", [](const PyDiskStore& s) { return s.Get()->last_refusal(); })
       .def_property_readonly("open_entries", &PyDiskStore::open_entries)
       .def_property_readonly("open_dropped", &PyDiskStore::dropped);
 }

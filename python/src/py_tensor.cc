@@ -98,6 +98,20 @@ Array FromBuffer(py::handle obj, std::optional<DType> as) {
   return WrapForeign(dtype, shape, static_cast<const std::byte*>(v.buf), strides, owner);
 }
 
+py::capsule TensorDLPack(const PyTensor& t, const py::object& /*stream*/, const py::object& max_version,
+                         const py::object& dl_device, std::optional<bool> copy) {
+  if (!dl_device.is_none()) {
+    const auto device = dl_device.cast<std::pair<int, int>>();
+    if (device.first != dlpack::kDLCPU || device.second != 0) {
+      PyErr_SetString(PyExc_BufferError, "kvstore.Tensor.__dlpack__: only the CPU device (1, 0) is supported");
+      throw py::error_already_set();
+    }
+  }
+  DLPackRequest request{.copy = copy};
+  if (!max_version.is_none()) request.versioned = max_version.cast<std::pair<int, int>>().first >= 1;
+  return ToDLPack(t.array(), request);
+}
+
 }  // namespace
 
 DType ParseDTypeName(std::string_view name) {
@@ -163,9 +177,12 @@ copying; dtype reinterprets elements of the same size (e.g. uint16 as "BF16").)d
       .def("astype", [](const PyTensor& t, const std::string& dtype) {
         return PyTensor(Unwrap(t.array().AsType(ParseDTypeName(dtype))));
       }, py::arg("dtype"), "A converted copy (F16, BF16, F32, F64 and integer types).")
-      // stream, max_version, dl_device, copy: CPU memory needs no stream, and a legacy
-      // (unversioned) capsule is what every consumer accepts.
-      .def("__dlpack__", [](const PyTensor& t, const py::args&, const py::kwargs&) { return ToDLPack(t.array()); })
+      // CPU memory needs no stream. Never a writable pointer into read-only
+      // storage: see ToDLPack.
+      .def("__dlpack__", &TensorDLPack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("_dlpack_view", [](const PyTensor& t) { return ToDLPackView(t.array()); },
+           "A zero-copy legacy DLPack capsule for consumers that copy what they import (mx.array).")
       .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(dlpack::kDLCPU, 0); })
       .def("__repr__", [](const PyTensor& t) { return "kvstore.Tensor(" + t.array().Describe() + ")"; });
 }

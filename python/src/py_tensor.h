@@ -9,7 +9,8 @@
 //
 // Out of the library, a kvstore.Tensor: read-only, zero-copy (it shares the
 // Array's storage, e.g. a file mapping), exported through the buffer
-// protocol and DLPack. BF16 has no buffer-protocol format that numpy 1.24
+// protocol (read-only) and DLPack (flagged read-only for DLPack >= 1.0
+// consumers, a writable copy for legacy ones: see ToDLPack). BF16 has no buffer-protocol format that numpy 1.24
 // reads, so its buffer is exported as uint16 bit patterns ("H"); DLPack
 // exports it as bfloat16, and `dtype` always says "BF16". The F8 types are
 // exported as uint8 and C64 as "Zf".

@@ -50,10 +50,65 @@ def test_load_is_zero_copy_and_read_only():
     assert not a.flags.writeable and not a.flags.owndata
     with pytest.raises(ValueError):
         a[0, 0, 0, 0] = 1
-    np.testing.assert_array_equal(np.from_dlpack(keys), a)  # DLPack export, zero-copy too
+    np.testing.assert_array_equal(np.from_dlpack(keys), a)  # a legacy DLPack consumer: a copy
     # The views outlive the file object and the layer.
     del f
     assert np.asarray(keys).shape == (1, 2, 37, 64)
+
+
+def _capsule(capsule):
+    """(name, flags or None, data pointer) of a DLPack capsule, read with ctypes."""
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = api.PyCapsule_GetName(capsule)
+    p = api.PyCapsule_GetPointer(capsule, name)
+    if name == b"dltensor_versioned":  # version, manager_ctx, deleter, flags, dl_tensor
+        return name, ctypes.c_uint64.from_address(p + 24).value, ctypes.c_void_p.from_address(p + 32).value
+    return name, None, ctypes.c_void_p.from_address(p).value
+
+
+def test_dlpack_never_hands_out_writable_read_only_memory():
+    keys = kvstore.load(str(F16)).layers[0].state[0]
+    mapped = np.asarray(keys).__array_interface__["data"][0]
+    # DLPack >= 1.0 consumers: zero-copy, flagged read-only.
+    assert _capsule(keys.__dlpack__(max_version=(1, 0))) == (b"dltensor_versioned", 1, mapped)
+    assert _capsule(keys.__dlpack__(max_version=(1, 2), copy=False)) == (b"dltensor_versioned", 1, mapped)
+    # copy=True: a fresh writable copy, flagged as copied.
+    name, flags, data = _capsule(keys.__dlpack__(max_version=(1, 0), copy=True))
+    assert (name, flags) == (b"dltensor_versioned", 2) and data != mapped
+    # Legacy consumers cannot be told "read-only": a copy, or BufferError with copy=False.
+    name, flags, data = _capsule(keys.__dlpack__())
+    assert name == b"dltensor" and data != mapped
+    with pytest.raises(BufferError, match="read-only"):
+        keys.__dlpack__(copy=False)
+    with pytest.raises(BufferError, match="CPU"):
+        keys.__dlpack__(dl_device=(2, 0))
+    assert _capsule(keys.__dlpack__(dl_device=(1, 0), max_version=(1, 0)))[1] == 1
+
+
+def test_a_dlpack_consumer_writing_to_a_loaded_tensor_does_not_crash(tmp_path):
+    path = tmp_path / "mapped.safetensors"
+    kvstore.save(str(path), kv_layers())  # kvstore's files load as views of a read-only mapping
+    # What torch.from_dlpack(t) followed by an in-place op does with a legacy capsule.
+    code = f"""
+import ctypes, kvstore
+t = kvstore.load({str(path)!r}).layers[0].state[0]
+before = bytes(memoryview(t))
+capsule = t.__dlpack__()
+api = ctypes.pythonapi
+api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+data = ctypes.c_void_p.from_address(api.PyCapsule_GetPointer(capsule, b"dltensor")).value
+ctypes.memset(data, 7, t.nbytes)
+assert bytes(memoryview(t)) == before
+"""
+    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ))
+    assert done.returncode == 0
 
 
 def test_bf16_comes_out_as_uint16_bits_and_as_bfloat16_over_dlpack():

@@ -1,6 +1,7 @@
 """kvstore.mlx_lm against the real MLX and mlx-lm cache code in ../shared/mlx-ref."""
 
 import json
+import os
 import types
 
 import pytest
@@ -70,6 +71,49 @@ def test_plain_files_are_checked_before_mlx_reads_them(mlx_cache, mx, tmp_path):
     out = tmp_path / "ours.safetensors"
     save_prompt_cache(out, live_caches(mlx_cache, mx)[:3], {"m": "1"})
     assert load_prompt_cache(out, return_metadata=True)[1] == {"m": "1"}  # digests not user metadata
+
+
+def test_a_file_replaced_after_its_check_is_not_loaded_unchecked(mlx_cache, mx, tmp_path, monkeypatch):
+    checked, other = tmp_path / "p.safetensors", tmp_path / "other.safetensors"
+    caches = live_caches(mlx_cache, mx)[:3]
+    save_prompt_cache(checked, caches, {"m": "checked"})
+    k = mx.zeros((1, 1, 2, 8))
+    replacement = mlx_cache.KVCache()
+    replacement.update_and_fetch(k, k)
+    mlx_cache.save_prompt_cache(str(other), [replacement], {"m": "replacement"})
+    real_inspect = kvstore._kvstore.inspect
+
+    def inspect_then_replace(path, *args, **kwargs):
+        info = real_inspect(path, *args, **kwargs)
+        os.replace(other, checked)  # an atomic replace between the check and the read
+        return info
+
+    monkeypatch.setattr(kvstore._kvstore, "inspect", inspect_then_replace)
+    got, metadata = load_prompt_cache(checked, return_metadata=True)
+    assert metadata == {"m": "checked"}
+    assert_same_caches(mx, got, caches)
+
+
+def test_a_file_rewritten_in_place_during_the_read_is_read_again(mlx_cache, mx, tmp_path, monkeypatch):
+    path = tmp_path / "p.safetensors"
+    caches = live_caches(mlx_cache, mx)[:3]
+    save_prompt_cache(path, caches, {"m": "1"})
+    calls = []
+    real_load = mlx_cache.load_prompt_cache
+
+    def load_then_touch(f, **kwargs):
+        calls.append(f)
+        out = real_load(f, **kwargs)
+        os.utime(path, ns=(1, 1))  # a writer changed the file meanwhile
+        return out
+
+    reads = []
+    real_kvstore_load = kvstore._kvstore.load
+    monkeypatch.setattr(mlx_cache, "load_prompt_cache", load_then_touch)
+    monkeypatch.setattr(kvstore._kvstore, "load", lambda *a, **k: reads.append(a) or real_kvstore_load(*a, **k))
+    got = load_prompt_cache(path)
+    assert len(calls) == 1 and len(reads) == 1  # mlx-lm's read thrown away, kvstore's taken
+    assert_same_caches(mx, got, caches)
 
 
 def live_caches(mlx_cache, mx):

@@ -101,11 +101,12 @@ def test_memory_tier_matches_mlx_lm_lru_prompt_cache(mlx_cache, mx, max_size, ma
 def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path):
     ops = recorded_sequence(seed=5)
     want = reference_results(mlx_cache, mx, ops, 3, 1 << 63)
-    inserted = {}
+    inserted, kinds = {}, {}
     for op in ops:
         if op[0] == "insert":
             # Every version: with writes behind, disk may still hold an earlier one.
             inserted.setdefault((op[1], tuple(op[2])), []).append(state_of(make_cache(mlx_cache, mx, op[2], op[3])))
+            kinds[(op[1], tuple(op[2]))] = op[3]
     got, disk_hits = [], [0]
 
     def check(op, cache, rest):
@@ -122,16 +123,72 @@ def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path)
             assert g_state in inserted[(op[1], tuple(covered))]
     assert disk_hits[0] > 0
 
-    # A new process on the same directory serves the old prefixes.
+    # A new process on the same directory serves the old prefixes, once it knows what
+    # the model's caches look like.
     with TieredPromptCache(max_size=3, directory=tmp_path / "store") as restarted:
         assert len(restarted) == 0 and restarted.disk_stats()["entries"] > 0
         hits = 0
         for (model, tokens), states in inserted.items():
+            restarted.register_model(model, make_cache(mlx_cache, mx, [1], kinds[(model, tokens)]))
             cache, rest = restarted.fetch_nearest_cache(model, list(tokens))
             if cache is not None and rest == []:
                 hits += 1
                 assert state_of(cache) == states[-1]  # close() flushed every write
         assert hits >= len(inserted) // 2  # the disk budget keeps most of them
+
+
+def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache, mx, tmp_path):
+    store = tmp_path / "store"
+    prompts = [list(range(1, n)) for n in (5, 8, 12)]
+    with TieredPromptCache(directory=store) as cache:
+        for p in prompts:
+            cache.insert_cache(MODEL, p, make_cache(mlx_cache, mx, p, "kv"))
+
+    # Restarted with --kv-bits or --max-kv-size: the model now makes other caches.
+    for kind in ("quantized", "rotating"):
+        with TieredPromptCache(directory=store) as restarted:
+            got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1])
+            assert got is None and rest == prompts[-1]  # nothing says what the model makes yet
+            assert restarted.disk_stats()["unknown_model_misses"] == 1
+            restarted.register_model(MODEL, make_cache(mlx_cache, mx, [1], kind))
+            for p in prompts:
+                got, rest = restarted.fetch_nearest_cache(MODEL, p + [99])
+                assert got is None and rest == p + [99]
+            stats = restarted.disk_stats()
+            assert stats["fingerprint_refused"] >= len(prompts)
+            assert "another model configuration" in stats["last_refusal"]
+            assert stats["entries"] == len(prompts)  # kept for the configuration that wrote them
+
+    # The structure is also learned from the model's own inserts.
+    with TieredPromptCache(directory=store) as restarted:
+        restarted.insert_cache(MODEL, [50, 51], make_cache(mlx_cache, mx, [50, 51], "quantized"))
+        got, rest = restarted.fetch_nearest_cache(MODEL, prompts[1])
+        assert got is None and rest == prompts[1]
+        assert restarted.disk_stats()["fingerprint_refused"] >= 1
+
+    # The configuration that wrote them is served.
+    with TieredPromptCache(directory=store) as restarted:
+        restarted.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
+        got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1] + [99])
+        assert rest == [99] and state_of(got) == state_of(make_cache(mlx_cache, mx, prompts[-1], "kv"))
+
+
+def test_new_weights_at_the_same_path_are_another_model(mlx_cache, mx, tmp_path):
+    weights = tmp_path / "model"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"old weights")
+    model = (str(weights), None, None)
+    tokens = [1, 2, 3, 4]
+    with TieredPromptCache(directory=tmp_path / "store") as cache:
+        cache.insert_cache(model, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    with TieredPromptCache(directory=tmp_path / "store") as same:
+        same.register_model(model, make_cache(mlx_cache, mx, [1], "kv"))
+        assert same.fetch_nearest_cache(model, tokens + [5])[1] == [5]
+    (weights / "model.safetensors").write_bytes(b"new weights, same path")
+    with TieredPromptCache(directory=tmp_path / "store") as updated:
+        updated.register_model(model, make_cache(mlx_cache, mx, [1], "kv"))
+        got, rest = updated.fetch_nearest_cache(model, tokens + [5])
+        assert got is None and rest == tokens + [5]
 
 
 def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
@@ -149,6 +206,7 @@ def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
             data[-5] ^= 0x40  # a flipped bit in tensor data
         f.write_bytes(bytes(data))
     with TieredPromptCache(directory=store) as cache:
+        cache.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
         for n in range(3, 8):
             got, rest = cache.fetch_nearest_cache(MODEL, list(range(n)))
             assert got is None and rest == list(range(n))
@@ -157,7 +215,7 @@ def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
         assert stats["corrupt_dropped"] + len(cache._disk.open_dropped) >= 5
 
 
-def test_writes_are_flushed_at_interpreter_exit(mlx_cache, tmp_path):
+def test_writes_are_flushed_at_interpreter_exit(mlx_cache, mx, tmp_path):
     store = tmp_path / "store"
     code = f"""
 import sys
@@ -171,6 +229,9 @@ cache.insert_cache(("m", None), [1, 2, 3, 4], [c])
 """  # no close(): the atexit hook flushes
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
     with TieredPromptCache(directory=store) as cache:
+        sample = mlx_cache.KVCache()
+        sample.update_and_fetch(mx.ones((1, 1, 1, 8)), mx.ones((1, 1, 1, 8)))
+        cache.register_model(("m", None), [sample])
         got, rest = cache.fetch_nearest_cache(("m", None), [1, 2, 3, 4, 5])
         assert got is not None and rest == [5] and got[0].offset == 4
 
@@ -185,6 +246,7 @@ def test_a_collected_cache_flushes_and_releases_its_directory(mlx_cache, mx, tmp
     del cache
     gc.collect()
     with TieredPromptCache(directory=tmp_path / "store") as again:
+        again.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
         got, rest = again.fetch_nearest_cache(MODEL, [1, 2, 3, 4])
         assert rest == [4] and got[0].offset == 3
 
@@ -236,14 +298,15 @@ def test_concurrent_use(mlx_cache, mx, tmp_path):
 
         assert run_in_threads(worker) == []
     with TieredPromptCache(directory=tmp_path / "store") as restarted:  # MLX on this thread only
+        restarted.register_model(MODEL, [NumpyKVCache([1])])
         for p in prompts:
             got, rest = restarted.fetch_nearest_cache(MODEL, list(p))
             assert rest == [] and bytes(memoryview(got[0].state[0])) == NumpyKVCache(p).keys.tobytes()
 
 
 def test_interface_details(mlx_cache, mx, tmp_path):
-    with pytest.raises(kvstore.NotSupportedError, match="Redis"):
-        TieredPromptCache(redis="redis://127.0.0.1:6379")
+    with pytest.raises(kvstore.InvalidArgumentError, match="port"):
+        TieredPromptCache(redis="redis://127.0.0.1:70000")
     cache = TieredPromptCache(max_size=2)
     with pytest.raises(KeyError):
         cache.insert_cache(MODEL, [1, 2], make_cache(mlx_cache, mx, [1, 2], "kv"), cache_type="tool")
@@ -256,7 +319,7 @@ def test_interface_details(mlx_cache, mx, tmp_path):
     cache.trim_to(n_sequences=0)
     assert len(cache) == 0 and cache.nbytes == 0
     assert kvstore.mlx_lm.TieredPromptCache is TieredPromptCache
-    from kvstore._tiered import model_fingerprint
+    from kvstore._model_id import model_id
 
-    assert model_fingerprint(("a", None, None)) == 'kvstore-model/1:["a",null,null]'
-    assert model_fingerprint(other_model) is None
+    assert model_id(("a", None, None)) == 'kvstore-model/2:["a",null,null]'
+    assert model_id(other_model) is None

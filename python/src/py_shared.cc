@@ -1,0 +1,124 @@
+// kvstore._kvstore.SharedTier: the shared tier (SharedPromptCache on a Redis
+// KvBackend) for TieredPromptCache. Inserts run synchronously on the caller's
+// thread (TieredPromptCache calls them from its writer thread); every value
+// read is checked against the fingerprint and tokens asked for, and backend
+// failures are misses. The GIL is released while the network is used.
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvstore/redis_backend.h"
+#include "kvstore/shared_prompt_cache.h"
+#include "python/src/py_errors.h"
+#include "python/src/py_layer.h"
+#include "python/src/py_tiers.h"
+
+namespace py = pybind11;
+
+namespace kvstore::python {
+
+namespace {
+
+class PySharedTier {
+ public:
+  PySharedTier(const std::string& url, const std::string& key_prefix, const std::string& secret,
+               int64_t chunk_tokens, std::optional<int> compression_level) {
+    redacted_url_ = RedactedRedisUrl(Unwrap(ParseRedisUrl(url)));
+    RedisOptions redis;
+    redis.url = url;
+    SharedPromptCacheOptions options;
+    options.key_prefix = key_prefix;
+    options.chunk_tokens = chunk_tokens;
+    options.secret = secret;
+    options.compression_level = compression_level;
+    options.async_insert = false;
+    auto opened = [&]() -> Result<std::shared_ptr<SharedPromptCache>> {
+      py::gil_scoped_release release;
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<KvBackend> owned, OpenRedisBackend(redis));
+      std::shared_ptr<KvBackend> backend(std::move(owned));
+      options.backend = backend.get();
+      KV_ASSIGN_OR_RETURN(std::unique_ptr<SharedPromptCache> shared, SharedPromptCache::Open(std::move(options)));
+      // The backend lives as long as the tier: a call still running when
+      // close() is called keeps both.
+      return std::shared_ptr<SharedPromptCache>(shared.release(), [backend](SharedPromptCache* p) { delete p; });
+    }();
+    shared_ = Unwrap(std::move(opened));
+  }
+
+  ~PySharedTier() { Close(); }
+
+  void Insert(const ModelFingerprint& model, const std::vector<int32_t>& tokens, py::handle layers) {
+    std::shared_ptr<SharedPromptCache> shared = Get();
+    StoreLayers(layers, [&](const PromptCache& cache) { return shared->Insert(model, tokens, cache); });
+  }
+
+  // (length, [Layer...]) for the longest reusable prefix of `tokens` longer
+  // than `min_tokens`, or None.
+  py::object Fetch(const ModelFingerprint& model, const std::vector<int32_t>& tokens, int64_t min_tokens) {
+    std::shared_ptr<SharedPromptCache> shared = Get();
+    auto hit = [&] {
+      py::gil_scoped_release release;
+      return shared->Fetch(model, tokens, min_tokens);
+    }();
+    std::optional<SharedPromptCache::Hit> found = Unwrap(std::move(hit));
+    if (!found) return py::none();
+    return py::make_tuple(found->tokens, LayersToPython(found->cache));
+  }
+
+  py::dict Stats() const {
+    const SharedPromptCache::Stats s = Get()->stats();
+    py::dict d;
+    d["fetches"] = s.fetches;
+    d["hits"] = s.hits;
+    d["tokens_served"] = s.tokens_served;
+    d["foreign_tokens_served"] = s.foreign_tokens_served;
+    d["corrupt"] = s.corrupt;
+    d["forged"] = s.forged;
+    d["mismatched"] = s.mismatched;
+    d["backend_errors"] = s.backend_errors;
+    d["unsupported"] = s.unsupported;
+    d["inserts"] = s.inserts;
+    d["insert_errors"] = s.insert_errors;
+    d["chunks_written"] = s.chunks_written;
+    d["chunks_present"] = s.chunks_present;
+    d["bytes_written"] = s.bytes_written;
+    d["last_refusal"] = s.last_refusal;
+    return d;
+  }
+
+  // Calls already running keep the tier open until they return.
+  void Close() {
+    std::shared_ptr<SharedPromptCache> shared = std::move(shared_);
+    py::gil_scoped_release release;
+    shared.reset();
+  }
+
+  std::shared_ptr<SharedPromptCache> Get() const {
+    if (shared_ == nullptr) ThrowStatus(Status::FailedPrecondition("the shared tier is closed"));
+    return shared_;
+  }
+  std::string Describe() const { return Get()->Describe() + " (" + redacted_url_ + ")"; }
+
+ private:
+  std::shared_ptr<SharedPromptCache> shared_;  // null once closed
+  std::string redacted_url_;
+};
+
+}  // namespace
+
+void RegisterSharedTier(py::module_& m) {
+  py::class_<PySharedTier>(m, "SharedTier", "Prompt-cache chunks in Redis, shared by every server (the shared tier).")
+      .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, std::optional<int>>(),
+           py::arg("url"), py::arg("key_prefix") = "kvstore:", py::arg("secret") = "",
+           py::arg("chunk_tokens") = 256, py::arg("compression_level") = py::none())
+      .def("insert", &PySharedTier::Insert, py::arg("model"), py::arg("tokens"), py::arg("layers"))
+      .def("fetch", &PySharedTier::Fetch, py::arg("model"), py::arg("tokens"), py::arg("min_tokens") = 0)
+      .def("stats", &PySharedTier::Stats)
+      .def("close", &PySharedTier::Close)
+      .def("__repr__", &PySharedTier::Describe);
+}
+
+}  // namespace kvstore::python

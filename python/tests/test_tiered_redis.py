@@ -1,0 +1,90 @@
+"""TieredPromptCache's shared tier on a real Redis (the ctest fixture's single node)."""
+
+import os
+import uuid
+
+import pytest
+
+from test_tiered import MODEL, make_cache, state_of
+from kvstore.mlx_lm import TieredPromptCache
+
+CHUNK = 16
+
+
+def _redis_url():
+    url = os.environ.get("KVSTORE_TEST_REDIS_URL", "")
+    env_file = os.environ.get("KVSTORE_TEST_REDIS_ENV", "")
+    if not url and env_file and os.path.exists(env_file):
+        with open(env_file) as f:
+            for line in f:
+                if line.startswith("KVSTORE_TEST_REDIS_URL="):
+                    url = line.split("=", 1)[1].strip()
+    return url
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """A factory of TieredPromptCaches on one Redis namespace of their own."""
+    url = _redis_url()
+    if not url:
+        pytest.skip("no Redis: run through ctest (fixture redis_services_start, needs redis-server) "
+                    "or set KVSTORE_TEST_REDIS_URL=redis://[USER:PASSWORD@]HOST:PORT")
+    namespace = "kvpytest:%d:%s:" % (os.getpid(), uuid.uuid4().hex[:8])
+    made = []
+
+    def make(name, **kwargs):
+        kwargs.setdefault("redis_namespace", namespace)
+        c = TieredPromptCache(directory=tmp_path / name, redis=url, redis_chunk_tokens=CHUNK, **kwargs)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def test_two_servers_share_prefixes_through_redis(mlx_cache, mx, shared):
+    tokens = list(range(1, 2 * CHUNK + 4))
+    writer, reader = shared("a"), shared("b")
+    writer.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    writer.flush()
+    assert writer.shared_stats()["chunks_written"] == 2  # whole chunks only
+
+    reader.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
+    got, rest = reader.fetch_nearest_cache(MODEL, tokens + [99])
+    assert rest == tokens[2 * CHUNK:] + [99]
+    assert state_of(got) == state_of(make_cache(mlx_cache, mx, tokens[: 2 * CHUNK], "kv"))
+    assert reader.shared_stats()["hits"] == 1 and reader.disk_stats()["entries"] == 0
+
+    # The shared tier is asked only for more than the disk has.
+    reader.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    reader.flush()
+    reader.trim_to(n_sequences=0)
+    got, rest = reader.fetch_nearest_cache(MODEL, tokens + [99])
+    assert rest == [99] and reader.shared_stats()["fetches"] == 1
+
+
+def test_another_configuration_or_secret_is_a_miss(mlx_cache, mx, shared):
+    tokens = list(range(1, 2 * CHUNK + 1))
+    writer = shared("a")
+    writer.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    writer.flush()
+
+    quantized = shared("q")  # restarted with --kv-bits: chunks are keyed by fingerprint
+    quantized.register_model(MODEL, make_cache(mlx_cache, mx, [1], "quantized"))
+    assert quantized.fetch_nearest_cache(MODEL, tokens)[0] is None
+
+    unknown = shared("u")  # no structure known yet: miss without asking
+    assert unknown.fetch_nearest_cache(MODEL, tokens)[0] is None
+    assert unknown.shared_stats()["fetches"] == 0
+
+    sealed = shared("s", redis_secret="s3cret")  # refuses the writer's unsealed chunks
+    sealed.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
+    assert sealed.fetch_nearest_cache(MODEL, tokens)[0] is None
+
+
+def test_an_unreachable_redis_fails_at_construction(tmp_path):
+    import kvstore
+
+    with pytest.raises(kvstore.FileIOError):
+        TieredPromptCache(redis="redis://127.0.0.1:1")
