@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kvstore/redis_backend.h"
+#include "largest_allocation.h"
 #include "testutil.h"
 
 namespace kvstore::testing {
@@ -21,7 +22,8 @@ namespace {
 using std::chrono::milliseconds;
 
 // Answers each command with the bytes `respond` returns for it; kClose
-// closes the connection instead, kSilence sends nothing.
+// closes the connection instead (after the bytes before it, if any),
+// kSilence sends nothing.
 class FakeRedisServer {
  public:
   using Responder = std::function<std::string(const std::vector<std::string>& command)>;
@@ -94,8 +96,11 @@ class FakeRedisServer {
         std::vector<std::string> command;
         while (open && TakeCommand(c.in, command)) {
           std::string reply = respond_(command);
-          if (reply == kClose) open = false;
-          if (reply == kClose || reply == kSilence) continue;
+          if (reply.ends_with(kClose)) {
+            open = false;
+            reply.resize(reply.size() - kClose.size());
+          }
+          if (reply == kSilence) continue;
           for (size_t sent = 0; sent < reply.size();) {
             ssize_t w = send(c.fd, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
             if (w <= 0) break;
@@ -159,6 +164,27 @@ TEST(RedisHostileServer, WrongReplyTypeIsAnError) {
 TEST(RedisHostileServer, HugeBulkLengthIsRefusedBeforeAllocating) {
   ExpectErrorThenRecovery("$99999999999\r\n", StatusCode::kIOError, "reply larger than 1048576 bytes");
 }
+// Under the default max_reply_bytes, a server that announces a huge value
+// and then closes or stalls gets an error, and the client has allocated
+// for the bytes that came, not for the announced length.
+TEST(RedisHostileServer, AnnouncedValueThatNeverComesAllocatesLittle) {
+  const size_t announced = RedisOptions{}.max_reply_bytes;
+  const std::string header = "$" + std::to_string(announced) + "\r\n" + std::string(1000, 'v');
+  for (const auto& [tail, message] : {std::pair{FakeRedisServer::kClose, "connection closed"},
+                                      std::pair{FakeRedisServer::kSilence, "timeout after"}}) {
+    FakeRedisServer server([&](const std::vector<std::string>& c) -> std::string {
+      if (c[0] == "CLUSTER") return kNotCluster;
+      return tail == FakeRedisServer::kClose ? header + tail : header;
+    });
+    RedisOptions o = Options(server);
+    o.max_reply_bytes = announced;
+    ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend(o));
+    LargestAllocation largest;
+    EXPECT_THAT(backend->Get(std::vector<std::string>{"k"}), HasCode(StatusCode::kIOError, message));
+    EXPECT_LE(largest.bytes(), size_t{2} << 20) << message;
+  }
+}
+
 TEST(RedisHostileServer, ValueThatNeverArrivesTimesOut) {
   ExpectErrorThenRecovery("$900000\r\nabc", StatusCode::kIOError, "timeout after");  // large value
   ExpectErrorThenRecovery("$1000\r\nabc", StatusCode::kIOError, "timeout after");    // small value

@@ -73,8 +73,12 @@ struct RedisOptions {
   // MOVED/ASK rounds one call may follow before it gives up.
   int max_redirects = 5;
   // A reply larger than this fails the call (and closes the connection)
-  // instead of growing a buffer without bound. Redis values are <= 512 MiB.
-  size_t max_reply_bytes = 600ull << 20;
+  // instead of growing a buffer without bound. Memory follows the bytes
+  // that arrive, never a length the server announces, so this bounds what a
+  // server must actually send to make one call hold that much. 256 MiB
+  // holds a 256-token fp16 chunk of a 405B-class model (about 126 MiB) with
+  // room to spare; raise it for larger values (Redis allows 512 MiB).
+  size_t max_reply_bytes = size_t{256} << 20;
 };
 
 // Connects to the node in `options.url`, authenticates, and recognises a
