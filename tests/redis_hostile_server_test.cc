@@ -208,6 +208,14 @@ TEST(RedisHostileServer, ExtraRepliesAreAProtocolError) {
   ExpectErrorThenRecovery("$1\r\nx\r\n$1\r\ny\r\n", StatusCode::kIOError, "more replies than commands");
 }
 
+// Part of an extra reply read with the last expected one must not survive
+// into the next call, where it would prefix that call's reply.
+TEST(RedisHostileServer, PartialExtraReplyIsAProtocolError) {
+  ExpectErrorThenRecovery("$1\r\nx\r\n$1\r\ny", StatusCode::kIOError, "bytes after the last reply");
+  ExpectErrorThenRecovery("$1\r\nx\r\n$70000\r\ny", StatusCode::kIOError,
+                          "bytes after the last reply");
+}
+
 TEST(RedisHostileServer, BadClusterSlotsFailsOpen) {
   FakeRedisServer server([](const std::vector<std::string>&) -> std::string {
     return "*1\r\n*3\r\n:9000\r\n:8000\r\n*2\r\n$1\r\nh\r\n:1\r\n";

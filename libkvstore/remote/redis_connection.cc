@@ -251,7 +251,10 @@ Result<size_t> RedisConnection::ReadAvailable(std::vector<RedisReply>& out) {
   }
 }
 
+bool RedisConnection::MidReply() const { return parser_->mid_reply(); }
+
 bool RedisConnection::IdleAndOpen() const {
+  if (MidReply()) return false;
   pollfd p{fd_, POLLIN, 0};
   return ::poll(&p, 1, 0) == 0;
 }

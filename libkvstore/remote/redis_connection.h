@@ -48,9 +48,15 @@ class RedisConnection {
   // unusable afterwards.
   Result<size_t> ReadAvailable(std::vector<RedisReply>& out);
 
+  // True when bytes read so far end inside a reply (the parser holds part
+  // of one). After the last expected reply that is a protocol violation:
+  // those bytes would prefix the next call's reply.
+  bool MidReply() const;
+
   // True when nothing is waiting on an idle connection: no bytes nobody
-  // asked for, no end of file (a server that restarted or closed idle
-  // clients). A pooled connection is checked before it is reused.
+  // asked for, held by the parser or on the socket, and no end of file (a
+  // server that restarted or closed idle clients). A pooled connection is
+  // checked before it is reused, and given back only when this holds.
   bool IdleAndOpen() const;
 
  private:

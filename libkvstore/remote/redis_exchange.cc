@@ -191,6 +191,9 @@ void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline& deadline,
       if (e.replies.size() > e.pipeline.commands()) {
         fail(i, Status::IOError("redis " + e.connection->node() + ": protocol error: " +
                                 "more replies than commands"));
+      } else if (e.replies.size() == e.pipeline.commands() && e.connection->MidReply()) {
+        fail(i, Status::IOError("redis " + e.connection->node() + ": protocol error: " +
+                                "bytes after the last reply"));
       } else if (e.replies.size() == e.pipeline.commands() && send[i].done()) {
         active[i] = false;
       }

@@ -67,6 +67,7 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
 }
 
 void RedisNode::Release(std::unique_ptr<RedisConnection> connection) {
+  if (!connection->IdleAndOpen()) return;  // closed, or bytes nobody asked for
   std::lock_guard<std::mutex> l(mu_);
   if (idle_.size() < context_->options.max_idle_connections_per_node) {
     idle_.push_back(std::move(connection));

@@ -53,7 +53,8 @@ class RedisNode {
   Result<std::unique_ptr<RedisConnection>> Acquire();
 
   // Gives back a connection whose last exchange succeeded (kept while fewer
-  // than max_idle_connections_per_node are idle).
+  // than max_idle_connections_per_node are idle, and only when it is idle
+  // and open: nothing buffered, nothing waiting; otherwise closed).
   void Release(std::unique_ptr<RedisConnection> connection);
 
   // Records a transport failure (connect, I/O, timeout): drops the idle
