@@ -240,6 +240,77 @@ TEST(RedisHostileServer, EndlessMovedGivesUp) {
   EXPECT_EQ(backend->Describe(), "redis cluster 127.0.0.1:" + std::to_string(port) + " (1 masters)");
 }
 
+// "*1\r\n" CLUSTER SLOTS reply: every slot served by 127.0.0.1:port.
+std::string AllSlotsOn(uint16_t port) {
+  return "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + std::to_string(port) + "\r\n";
+}
+
+// A node that counts the AUTH commands it gets and answers GET with "ok".
+struct CountingNode {
+  CountingNode()
+      : server([this](const std::vector<std::string>& c) -> std::string {
+          if (c[0] != "AUTH") return "$2\r\nok\r\n";
+          ++auths;
+          return "+OK\r\n";
+        }) {}
+  std::atomic<int> auths{0};
+  FakeRedisServer server;
+};
+
+// A redirection to a node that CLUSTER SLOTS does not list is refused, even
+// after a reload: the client never connects there, so never sends it AUTH.
+TEST(RedisHostileServer, RedirectToAnUnlistedNodeIsRefused) {
+  CountingNode elsewhere;
+  for (const char* kind : {"MOVED", "ASK"}) {
+    uint16_t port = 0;
+    FakeRedisServer server([&](const std::vector<std::string>& c) -> std::string {
+      if (c[0] == "AUTH") return "+OK\r\n";
+      if (c[0] == "CLUSTER") return AllSlotsOn(port);
+      return std::string("-") + kind + " 12182 127.0.0.1:" + std::to_string(elsewhere.server.port()) + "\r\n";
+    });
+    port = server.port();
+    RedisOptions o = Options(server);
+    o.url = "redis://u:secret@127.0.0.1:" + std::to_string(port);
+    ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend(o));
+    std::this_thread::sleep_for(milliseconds(20));  // the reload's rate limit
+    EXPECT_THAT(backend->Get(std::vector<std::string>{"foo"}),
+                HasCode(StatusCode::kIOError, "a node that CLUSTER SLOTS does not list"));
+    EXPECT_EQ(backend->Stats().slot_map_loads, 2u) << kind;  // Open, then the reload
+    EXPECT_EQ(elsewhere.auths, 0) << kind;
+  }
+}
+
+// A redirection to a node that a reloaded slot map lists is followed.
+TEST(RedisHostileServer, RedirectToANewlyListedNodeIsFollowed) {
+  CountingNode target;
+  uint16_t port = 0;
+  std::atomic<bool> moved{false};
+  FakeRedisServer server([&](const std::vector<std::string>& c) -> std::string {
+    if (c[0] == "AUTH") return "+OK\r\n";
+    if (c[0] == "CLUSTER") return AllSlotsOn(moved ? target.server.port() : port);
+    moved = true;
+    return "-MOVED 12182 127.0.0.1:" + std::to_string(target.server.port()) + "\r\n";
+  });
+  port = server.port();
+  RedisOptions o = Options(server);
+  o.url = "redis://u:secret@127.0.0.1:" + std::to_string(port);
+  ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend(o));
+  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_OK_AND_ASSIGN(auto values, backend->Get(std::vector<std::string>{"foo"}));
+  EXPECT_EQ(values[0], "ok");
+  EXPECT_EQ(target.auths, 1);
+}
+
+TEST(RedisHostileServer, TooManyMastersFailOpen) {
+  std::string slots = "*1001\r\n";
+  for (int i = 0; i <= 1000; ++i) {
+    slots += "*3\r\n:" + std::to_string(i) + "\r\n:" + std::to_string(i) +
+             "\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + std::to_string(i + 1) + "\r\n";
+  }
+  FakeRedisServer server([&](const std::vector<std::string>&) -> std::string { return slots; });
+  EXPECT_THAT(OpenRedisBackend(Options(server)), HasCode(StatusCode::kCorruption, "more than 1000 masters"));
+}
+
 TEST(RedisHostileServer, RefusedPasswordIsFailedPrecondition) {
   FakeRedisServer server([](const std::vector<std::string>& c) -> std::string {
     if (c[0] == "AUTH") return "-WRONGPASS invalid username-password pair or user is disabled.\r\n";

@@ -14,7 +14,9 @@
 //   * A cluster is recognised from any of its nodes (CLUSTER SLOTS). Keys
 //     go to the master of their CRC16 hash slot ({hash tags} honoured);
 //     MOVED updates the slot map and retries there, ASK retries once on the
-//     importing node after ASKING. A batch is pipelined, one round trip per
+//     importing node after ASKING. Redirections go only to nodes the slot
+//     map lists (reloaded once for an unknown target), never to a host a
+//     reply names. A batch is pipelined, one round trip per
 //     node, all nodes at once; results keep the order of the arguments.
 //
 // Errors: IOError for anything transport-like (refused, reset, timeout,

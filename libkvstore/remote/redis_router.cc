@@ -8,6 +8,7 @@
 namespace kvstore {
 // One node's part of a round: its exchange and which requests it carries.
 struct RedisRouter::NodeBatch {
+  RedisNodeRef node;  // keeps the node alive while the round uses it
   std::unique_ptr<RedisConnection> connection;
   RedisExchange exchange;
   std::vector<size_t> requests;
@@ -43,7 +44,9 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& optio
   context->options = options;
   KV_ASSIGN_OR_RETURN(context->url, ParseRedisUrl(options.url));
   std::unique_ptr<RedisRouter> router(new RedisRouter(std::move(context)));
-  router->seed_ = router->NodeFor(router->context_->url.host, router->context_->url.port);
+  const RedisUrl& url = router->context_->url;
+  router->seed_ = std::make_shared<RedisNode>(url.host, url.port, router->context_.get());
+  router->nodes_[router->seed_->name()] = router->seed_;
 
   RedisPipeline probe;
   probe.Add({"CLUSTER", "SLOTS"});
@@ -61,12 +64,10 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& optio
   return router;
 }
 
-RedisNode* RedisRouter::NodeFor(const std::string& host, uint16_t port) {
-  std::string name = host + ":" + std::to_string(port);
-  std::unique_lock<std::shared_mutex> l(mu_);
-  std::unique_ptr<RedisNode>& node = nodes_[name];
-  if (node == nullptr) node = std::make_unique<RedisNode>(host, port, context_.get());
-  return node.get();
+RedisNodeRef RedisRouter::KnownNode(const std::string& host, uint16_t port) const {
+  std::shared_lock<std::shared_mutex> l(mu_);
+  auto it = nodes_.find(host + ":" + std::to_string(port));
+  return it == nodes_.end() ? nullptr : it->second;
 }
 
 RedisDeadline RedisRouter::NewDeadline() const {
@@ -80,12 +81,12 @@ Result<std::vector<RedisReply>> RedisRouter::RunOn(RedisNode& node, RedisPipelin
 }
 
 Status RedisRouter::LoadSlotMap() {
-  std::vector<RedisNode*> candidates = Masters();
+  std::vector<RedisNodeRef> candidates = Masters();
   candidates.push_back(seed_);
   Status last = Status::IOError("redis: no node to load the cluster slot map from");
   std::set<RedisNode*> tried;
-  for (RedisNode* node : candidates) {
-    if (!tried.insert(node).second || node->BackingOff()) continue;
+  for (const RedisNodeRef& node : candidates) {
+    if (!tried.insert(node.get()).second || node->BackingOff()) continue;
     RedisPipeline p;
     p.Add({"CLUSTER", "SLOTS"});
     Result<std::vector<RedisReply>> replies = RunOn(*node, std::move(p));
@@ -107,17 +108,33 @@ Status RedisRouter::LoadSlotMap() {
       last = Status::IOError("redis " + node->name() + ": the cluster serves no slots");
       continue;
     }
-    std::vector<RedisNode*> slots(kRedisClusterSlots, nullptr);
-    for (const RedisSlotRange& range : *ranges) {
-      RedisNode* master = NodeFor(range.host, range.port);
-      for (int s = range.first; s <= range.last; ++s) slots[s] = master;
-    }
-    std::unique_lock<std::shared_mutex> l(mu_);
-    slots_.swap(slots);
-    ++context_->counters.slot_map_loads;
-    return Status::OK();
+    return InstallSlotMap(*ranges, node->name());
   }
   return last;
+}
+
+Status RedisRouter::InstallSlotMap(const std::vector<RedisSlotRange>& ranges, const std::string& from) {
+  std::map<std::string, RedisNodeRef> nodes = {{seed_->name(), seed_}};
+  std::vector<RedisNodeRef> slots(kRedisClusterSlots);
+  std::unique_lock<std::shared_mutex> l(mu_);
+  for (const RedisSlotRange& range : ranges) {
+    std::string name = range.host + ":" + std::to_string(range.port);
+    RedisNodeRef& master = nodes[name];
+    if (master == nullptr) {
+      auto it = nodes_.find(name);  // the same node keeps its pool
+      master = it != nodes_.end() ? it->second
+                                  : std::make_shared<RedisNode>(range.host, range.port, context_.get());
+    }
+    if (nodes.size() > kMaxClusterNodes + 1) {
+      return Status::Corruption("redis " + from + ": CLUSTER SLOTS names more than " +
+                                std::to_string(kMaxClusterNodes) + " masters");
+    }
+    for (int s = range.first; s <= range.last; ++s) slots[s] = master;
+  }
+  nodes_.swap(nodes);
+  slots_.swap(slots);
+  ++context_->counters.slot_map_loads;
+  return Status::OK();
 }
 
 void RedisRouter::MaybeReloadSlotMap() {
@@ -128,7 +145,7 @@ void RedisRouter::MaybeReloadSlotMap() {
   (void)LoadSlotMap();  // on failure the old map stays; the next MOVED tries again
 }
 
-Result<RedisNode*> RedisRouter::NodeForKey(std::string_view key) const {
+Result<RedisNodeRef> RedisRouter::NodeForKey(std::string_view key) const {
   if (!cluster_) return seed_;
   int slot = KeyHashSlot(key);
   std::shared_lock<std::shared_mutex> l(mu_);
@@ -138,15 +155,29 @@ Result<RedisNode*> RedisRouter::NodeForKey(std::string_view key) const {
   return slots_[slot];
 }
 
-std::vector<RedisNode*> RedisRouter::Masters() const {
+std::vector<RedisNodeRef> RedisRouter::Masters() const {
   if (!cluster_) return {seed_};
   std::shared_lock<std::shared_mutex> l(mu_);
-  std::vector<RedisNode*> out;
+  std::vector<RedisNodeRef> out;
   std::set<RedisNode*> seen;
-  for (RedisNode* n : slots_) {
-    if (n != nullptr && seen.insert(n).second) out.push_back(n);
+  for (const RedisNodeRef& n : slots_) {
+    if (n != nullptr && seen.insert(n.get()).second) out.push_back(n);
   }
   return out;
+}
+
+Result<RedisNodeRef> RedisRouter::RedirectTarget(const RedisRedirect& redirect) {
+  RedisNodeRef target = KnownNode(redirect.host, redirect.port);
+  if (target == nullptr) {
+    MaybeReloadSlotMap();
+    target = KnownNode(redirect.host, redirect.port);
+  }
+  if (target == nullptr) {
+    return Status::IOError("redis cluster: " + std::string(redirect.ask ? "ASK" : "MOVED") +
+                           " to " + redirect.host + ":" + std::to_string(redirect.port) +
+                           ", a node that CLUSTER SLOTS does not list");
+  }
+  return target;
 }
 
 std::string RedisRouter::Describe() const {
@@ -160,19 +191,20 @@ Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
                                  const std::vector<size_t>& pending, const AskTargets& ask,
                                  Round& round) {
   for (size_t i : pending) {
-    RedisNode* node;
+    RedisNodeRef node;
     auto it = ask.find(i);
     if (it != ask.end()) {
       node = it->second;
     } else {
-      Result<RedisNode*> owner = NodeForKey(requests[i].key);
+      Result<RedisNodeRef> owner = NodeForKey(requests[i].key);
       if (!owner.ok()) {  // a slot without a master: the map may be stale
         MaybeReloadSlotMap();
         owner = NodeForKey(requests[i].key);
       }
       KV_ASSIGN_OR_RETURN(node, std::move(owner));
     }
-    NodeBatch& b = round[node];
+    NodeBatch& b = round[node.get()];
+    b.node = node;
     b.requests.push_back(i);
     b.asking.push_back(it != ask.end());
     if (it != ask.end()) b.exchange.pipeline.Add({"ASKING"});
@@ -216,9 +248,9 @@ Status RedisRouter::RunRound(Round& round, RedisDeadline& deadline) {
 }
 
 // Hands each request its replies; returns the requests redirected elsewhere.
-std::vector<size_t> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> requests,
-                                             Round& round, std::vector<RedisKeyReplies>& out,
-                                             AskTargets& ask) {
+Result<std::vector<size_t>> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> requests,
+                                                     Round& round, std::vector<RedisKeyReplies>& out,
+                                                     AskTargets& ask) {
   std::vector<size_t> redirected;
   bool moved = false;
   for (auto& [node, b] : round) {
@@ -234,11 +266,11 @@ std::vector<size_t> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> re
         if (cluster_ && (redirect = ParseRedirect(r, node->host()))) break;
       }
       if (!redirect) {
-        out[i] = RedisKeyReplies{std::move(replies), node};
+        out[i] = RedisKeyReplies{std::move(replies), b.node};
         ask.erase(i);
         continue;
       }
-      RedisNode* target = NodeFor(redirect->host, redirect->port);
+      KV_ASSIGN_OR_RETURN(RedisNodeRef target, RedirectTarget(*redirect));
       if (redirect->ask) {
         ++context_->counters.asked;
         ask[i] = target;
@@ -272,7 +304,7 @@ Result<std::vector<RedisKeyReplies>> RedisRouter::Run(std::span<const RedisKeyRe
     Round batches;
     KV_RETURN_IF_ERROR(PrepareRound(requests, pending, ask, batches));
     KV_RETURN_IF_ERROR(RunRound(batches, deadline));
-    pending = TakeReplies(requests, batches, out, ask);
+    KV_ASSIGN_OR_RETURN(pending, TakeReplies(requests, batches, out, ask));
   }
   return out;
 }
