@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <latch>
 #include <thread>
 
 #include "kvstore/redis_backend.h"
@@ -309,6 +310,52 @@ TEST(RedisHostileServer, TooManyMastersFailOpen) {
   }
   FakeRedisServer server([&](const std::vector<std::string>&) -> std::string { return slots; });
   EXPECT_THAT(OpenRedisBackend(Options(server)), HasCode(StatusCode::kCorruption, "more than 1000 masters"));
+}
+
+// When a node's backoff window ends, one call reconnects while the others
+// keep failing fast, instead of all of them connecting at once.
+TEST(RedisHostileServer, OneCallReconnectsAfterTheBackoffWindow) {
+  std::atomic<int> auths{0}, gets{0};
+  FakeRedisServer server([&](const std::vector<std::string>& c) -> std::string {
+    if (c[0] == "CLUSTER") return kNotCluster;
+    if (c[0] == "AUTH") {
+      ++auths;
+      std::this_thread::sleep_for(milliseconds(100));  // a slow reconnect
+      return "+OK\r\n";
+    }
+    return gets++ == 0 ? FakeRedisServer::kClose : "$2\r\nok\r\n";
+  });
+  RedisOptions o = Options(server);
+  o.url = "redis://u:secret@127.0.0.1:" + std::to_string(server.port());
+  o.command_timeout = milliseconds(1000);
+  ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend(o));
+  std::vector<std::string> keys = {"k"};
+  EXPECT_THAT(backend->Get(keys), HasCode(StatusCode::kIOError, "closed"));  // opens the window
+  std::this_thread::sleep_for(milliseconds(30));
+  const int auths_before = auths;
+  const uint64_t fast_before = backend->Stats().fast_failures;
+
+  constexpr int kCallers = 8;
+  std::latch start(kCallers);
+  std::atomic<int> succeeded{0};
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&] {
+      start.arrive_and_wait();
+      auto got = backend->Get(keys);
+      if (got.ok()) {
+        ++succeeded;
+      } else {
+        EXPECT_THAT(got, HasCode(StatusCode::kIOError, "while another call reconnects"));
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(auths - auths_before, 1);
+  EXPECT_EQ(succeeded, 1);
+  EXPECT_EQ(backend->Stats().fast_failures - fast_before, uint64_t{kCallers - 1});
+  ASSERT_OK_AND_ASSIGN(auto values, backend->Get(keys));  // the window is closed for all
+  EXPECT_EQ(values[0], "ok");
 }
 
 TEST(RedisHostileServer, RefusedPasswordIsFailedPrecondition) {

@@ -10,7 +10,8 @@
 //     `min_transfer_bytes_per_second`. Nothing waits longer.
 //   * A node that failed is not contacted again until its backoff window
 //     (exponential, `backoff_initial` doubling up to `backoff_max`) has
-//     passed: calls that need it fail fast with IOError meanwhile.
+//     passed: calls that need it fail fast with IOError meanwhile. After
+//     the window one call reconnects while the others still fail fast.
 //   * A cluster is recognised from any of its nodes (CLUSTER SLOTS). Keys
 //     go to the master of their CRC16 hash slot ({hash tags} honoured);
 //     MOVED updates the slot map and retries there, ASK retries once on the

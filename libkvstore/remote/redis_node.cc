@@ -13,28 +13,41 @@ RedisNode::RedisNode(std::string host, uint16_t port, RedisNodeContext* context)
       context_(context) {}
 
 Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire() {
+  bool probe = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (failures_ > 0 && Clock::now() < retry_after_) {
-      ++context_->counters.fast_failures;
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(retry_after_ - Clock::now());
-      return Status::IOError("redis " + name_ + ": unavailable for " + std::to_string(left.count()) +
-                             " ms more after: " + std::string(last_failure_.message()));
+    if (failures_ > 0) {
+      // Backing off, or past the window: then one caller (the probe) tries
+      // to connect and the others fail fast until it has succeeded.
+      if (Clock::now() < retry_after_ || probing_) {
+        ++context_->counters.fast_failures;
+        return Unavailable();
+      }
+      probing_ = probe = true;
     }
-    while (!idle_.empty()) {
+    while (!probe && !idle_.empty()) {
       std::unique_ptr<RedisConnection> c = std::move(idle_.back());
       idle_.pop_back();
       if (c->IdleAndOpen()) return c;
     }
   }
   Result<std::unique_ptr<RedisConnection>> c = Connect();
-  if (c.ok()) {
-    std::lock_guard<std::mutex> l(mu_);
-    failures_ = 0;
-  } else if (c.status().IsIOError()) {
-    MarkFailed(c.status());
-  }
+  if (c.status().IsIOError()) MarkFailed(c.status());
+  std::lock_guard<std::mutex> l(mu_);
+  if (probe) probing_ = false;
+  if (c.ok()) failures_ = 0;
   return c;
+}
+
+Status RedisNode::Unavailable() const {
+  std::string why = "redis " + name_ + ": unavailable ";
+  if (Clock::now() < retry_after_) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(retry_after_ - Clock::now());
+    why += "for " + std::to_string(left.count()) + " ms more";
+  } else {
+    why += "while another call reconnects";
+  }
+  return Status::IOError(why + " after: " + std::string(last_failure_.message()));
 }
 
 Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {

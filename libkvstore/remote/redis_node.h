@@ -49,7 +49,10 @@ class RedisNode {
 
   // An idle connection that is still open, or a new one (connected and
   // authenticated). During the backoff window after a failure, IOError at
-  // once, naming the failure. FailedPrecondition when AUTH is refused.
+  // once, naming the failure. After the window one caller connects (the
+  // probe) while the others still get IOError at once; its success closes
+  // the window for all, its failure opens the next one. FailedPrecondition
+  // when AUTH is refused.
   Result<std::unique_ptr<RedisConnection>> Acquire();
 
   // Gives back a connection whose last exchange succeeded (kept while fewer
@@ -67,6 +70,8 @@ class RedisNode {
 
  private:
   Result<std::unique_ptr<RedisConnection>> Connect();
+  // The fast failure while backing off or probing. REQUIRES: mu_ held.
+  Status Unavailable() const;
 
   const std::string host_;
   const uint16_t port_;
@@ -76,6 +81,7 @@ class RedisNode {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<RedisConnection>> idle_;
   int failures_ = 0;
+  bool probing_ = false;  // a caller is connecting after the window
   std::chrono::steady_clock::time_point retry_after_{};
   Status last_failure_;
 };
