@@ -302,6 +302,70 @@ TEST(RedisHostileServer, RedirectToANewlyListedNodeIsFollowed) {
   EXPECT_EQ(target.auths, 1);
 }
 
+// CLUSTER SLOTS: slots 0..16382 on 127.0.0.1:a, and 16383 on :b when b != 0.
+std::string SlotsOn(uint16_t a, uint16_t b) {
+  auto range = [](int first, int last, uint16_t port) {
+    return "*3\r\n:" + std::to_string(first) + "\r\n:" + std::to_string(last) +
+           "\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + std::to_string(port) + "\r\n";
+  };
+  return b == 0 ? "*1\r\n" + range(0, 16383, a) : "*2\r\n" + range(0, 16382, a) + range(16383, 16383, b);
+}
+
+// Work a call does after its first round (a slot map reload, a new
+// connection's AUTH) runs on what is left of the call's deadline: 400 ms
+// on the first node, then 400 ms more of it, end at command_timeout.
+constexpr milliseconds kSlowStep(400);
+RedisOptions SlowClusterOptions(const FakeRedisServer& seed) {
+  RedisOptions o = Options(seed);
+  o.url = "redis://u:secret@127.0.0.1:" + std::to_string(seed.port());
+  o.command_timeout = milliseconds(500);
+  return o;
+}
+
+TEST(RedisHostileServer, SlotMapReloadStaysWithinTheCallsDeadline) {
+  CountingNode b;
+  uint16_t port = 0;
+  std::atomic<int> slot_loads{0};
+  FakeRedisServer a([&](const std::vector<std::string>& c) -> std::string {
+    if (c[0] == "AUTH") return "+OK\r\n";
+    if (c[0] == "CLUSTER") {
+      if (slot_loads++ < 2) return SlotsOn(port, 0);  // Open: the probe and the load
+      std::this_thread::sleep_for(kSlowStep);
+      return SlotsOn(port, b.server.port());
+    }
+    std::this_thread::sleep_for(kSlowStep);
+    return "-MOVED 12182 127.0.0.1:" + std::to_string(b.server.port()) + "\r\n";
+  });
+  port = a.port();
+  ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend(SlowClusterOptions(a)));
+  std::this_thread::sleep_for(milliseconds(20));  // the reload's rate limit
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(backend->Get(std::vector<std::string>{"foo"}),
+              HasCode(StatusCode::kIOError, "a node that CLUSTER SLOTS does not list"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(700));
+  EXPECT_EQ(b.auths, 0);
+}
+
+TEST(RedisHostileServer, NewConnectionsAuthWithinTheCallsDeadline) {
+  uint16_t port = 0;
+  FakeRedisServer b([&](const std::vector<std::string>& c) -> std::string {
+    if (c[0] != "AUTH") return "$2\r\nok\r\n";
+    std::this_thread::sleep_for(kSlowStep);
+    return "+OK\r\n";
+  });
+  FakeRedisServer a([&](const std::vector<std::string>& c) -> std::string {
+    if (c[0] == "AUTH") return "+OK\r\n";
+    if (c[0] == "CLUSTER") return SlotsOn(port, b.port());
+    std::this_thread::sleep_for(kSlowStep);
+    return "-MOVED 12182 127.0.0.1:" + std::to_string(b.port()) + "\r\n";
+  });
+  port = a.port();
+  ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend(SlowClusterOptions(a)));
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(backend->Get(std::vector<std::string>{"foo"}), HasCode(StatusCode::kIOError, "timeout"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(700));
+}
+
 TEST(RedisHostileServer, TooManyMastersFailOpen) {
   std::string slots = "*1001\r\n";
   for (int i = 0; i <= 1000; ++i) {

@@ -7,7 +7,15 @@
 //   * Every call is bounded: a node that stops answering turns it into
 //     IOError `command_timeout` after the last byte moved, and no call runs
 //     longer than `command_timeout` plus its bytes at
-//     `min_transfer_bytes_per_second`. Nothing waits longer.
+//     `min_transfer_bytes_per_second`. Everything a call does counts against
+//     that one deadline: new connections (connect, at most connect_timeout,
+//     and AUTH), redirections, and slot map reloads in a cluster. The one
+//     exception is name resolution: hiredis resolves a host name with
+//     getaddrinfo, which no timeout bounds, and the connect timeout applies
+//     to each address the name resolves to. Use IP addresses (in the URL,
+//     and as the cluster's announced endpoints, Redis's default), or resolve
+//     the name once yourself and pass the address. OpenRedisBackend has its
+//     own deadlines: connect, then two exchanges of command_timeout each.
 //   * A node that failed is not contacted again until its backoff window
 //     (exponential, `backoff_initial` doubling up to `backoff_max`) has
 //     passed: calls that need it fail fast with IOError meanwhile. After

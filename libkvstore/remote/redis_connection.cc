@@ -205,7 +205,9 @@ RedisConnection::~RedisConnection() { redisFree(static_cast<redisContext*>(conte
 Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const std::string& host,
                                                                   uint16_t port,
                                                                   std::chrono::milliseconds timeout,
-                                                                  size_t max_reply_bytes) {
+                                                                  size_t max_reply_bytes,
+                                                                  bool& timed_out) {
+  timed_out = false;
   std::string node = host + ":" + std::to_string(port);
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
@@ -214,6 +216,7 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const std::str
   if (c == nullptr) return Status::IOError("redis " + node + ": connect: out of memory");
   if (c->err != 0) {
     std::string why = c->errstr;
+    timed_out = why == std::strerror(ETIMEDOUT);  // hiredis's message when its poll() expires
     redisFree(c);
     return Status::IOError("redis " + node + ": connect: " + why);
   }

@@ -114,6 +114,12 @@ Clock::time_point RedisDeadline::When(Clock::time_point last_progress) const {
   return std::min(cap, last_progress + timeout);
 }
 
+std::chrono::milliseconds RedisDeadline::Remaining(Clock::time_point now) const {
+  Clock::time_point when = When(now);
+  if (when <= now) return std::chrono::milliseconds(0);
+  return std::chrono::floor<std::chrono::milliseconds>(when - now);
+}
+
 void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline& deadline,
                   RedisTraffic& traffic) {
   std::vector<SendState> send(exchanges.size());

@@ -12,7 +12,12 @@ RedisNode::RedisNode(std::string host, uint16_t port, RedisNodeContext* context)
       name_(host_ + ":" + std::to_string(port_)),
       context_(context) {}
 
-Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire() {
+bool NodeToBlame(bool timed_out, std::chrono::milliseconds left_at_start,
+                 std::chrono::milliseconds own) {
+  return !timed_out || left_at_start * 2 >= own;
+}
+
+Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire(RedisDeadline& deadline) {
   bool probe = false;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -31,8 +36,9 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire() {
       if (c->IdleAndOpen()) return c;
     }
   }
-  Result<std::unique_ptr<RedisConnection>> c = Connect();
-  if (c.status().IsIOError()) MarkFailed(c.status());
+  bool blame = true;
+  Result<std::unique_ptr<RedisConnection>> c = Connect(deadline, blame);
+  if (c.status().IsIOError() && blame) MarkFailed(c.status());
   std::lock_guard<std::mutex> l(mu_);
   if (probe) probing_ = false;
   if (c.ok()) failures_ = 0;
@@ -50,10 +56,23 @@ Status RedisNode::Unavailable() const {
   return Status::IOError(why + " after: " + std::string(last_failure_.message()));
 }
 
-Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
+Result<std::unique_ptr<RedisConnection>> RedisNode::Connect(RedisDeadline& deadline, bool& blame) {
   const RedisOptions& o = context_->options;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c,
-                      RedisConnection::Connect(host_, port_, o.connect_timeout, o.max_reply_bytes));
+  std::chrono::milliseconds left = deadline.Remaining(Clock::now());
+  if (left.count() == 0) {
+    blame = false;
+    ++context_->counters.timeouts;
+    return Status::IOError("redis " + name_ + ": timeout: no time left to connect");
+  }
+  bool timed_out = false;
+  Result<std::unique_ptr<RedisConnection>> connected = RedisConnection::Connect(
+      host_, port_, std::min(o.connect_timeout, left), o.max_reply_bytes, timed_out);
+  if (!connected.ok()) {
+    if (timed_out) ++context_->counters.timeouts;
+    blame = NodeToBlame(timed_out, left, o.connect_timeout);
+    return connected.status();
+  }
+  std::unique_ptr<RedisConnection> c = std::move(*connected);
   ++context_->counters.connects;
   const RedisUrl& url = context_->url;
   if (url.password.empty()) return c;
@@ -67,11 +86,13 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
   }
   RedisExchange* one[] = {&auth};
   RedisTraffic traffic;
-  RedisDeadline deadline{Clock::now(), o.command_timeout, 0};
+  left = deadline.Remaining(Clock::now());
   RunExchanges(one, deadline, traffic);
   context_->counters.Add(traffic);
   if (auth.timed_out) ++context_->counters.timeouts;
+  blame = NodeToBlame(auth.timed_out, left, o.command_timeout);
   KV_RETURN_IF_ERROR(auth.status);
+  blame = true;
   const RedisReply& r = auth.replies[0];
   // The password never appears in a message, only the server's refusal.
   if (r.is_error()) return ErrorReplyStatus(name_, "AUTH " + url.user, r.str);
@@ -105,17 +126,18 @@ bool RedisNode::BackingOff() const {
 
 Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
                                           RedisDeadline& deadline, RedisNodeContext& context) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c, node.Acquire());
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c, node.Acquire(deadline));
   RedisExchange e;
   e.connection = c.get();
   e.pipeline = std::move(pipeline);
   RedisExchange* one[] = {&e};
   RedisTraffic traffic;
+  std::chrono::milliseconds left = deadline.Remaining(Clock::now());
   RunExchanges(one, deadline, traffic);
   context.counters.Add(traffic);
   if (!e.status.ok()) {
     if (e.timed_out) ++context.counters.timeouts;
-    node.MarkFailed(e.status);
+    if (NodeToBlame(e.timed_out, left, context.options.command_timeout)) node.MarkFailed(e.status);
     return e.status;
   }
   node.Release(std::move(c));

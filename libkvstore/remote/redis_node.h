@@ -53,7 +53,8 @@ class RedisNode {
   // probe) while the others still get IOError at once; its success closes
   // the window for all, its failure opens the next one. FailedPrecondition
   // when AUTH is refused.
-  Result<std::unique_ptr<RedisConnection>> Acquire();
+  // A new connection's connect and AUTH run on the caller's `deadline`.
+  Result<std::unique_ptr<RedisConnection>> Acquire(RedisDeadline& deadline);
 
   // Gives back a connection whose last exchange succeeded (kept while fewer
   // than max_idle_connections_per_node are idle, and only when it is idle
@@ -69,7 +70,8 @@ class RedisNode {
   bool BackingOff() const;
 
  private:
-  Result<std::unique_ptr<RedisConnection>> Connect();
+  // `blame` tells whether a failure counts against the node (NodeToBlame).
+  Result<std::unique_ptr<RedisConnection>> Connect(RedisDeadline& deadline, bool& blame);
   // The fast failure while backing off or probing. REQUIRES: mu_ held.
   Status Unavailable() const;
 
@@ -85,6 +87,13 @@ class RedisNode {
   std::chrono::steady_clock::time_point retry_after_{};
   Status last_failure_;
 };
+
+// Whether a step's failure counts against its node (opens its backoff
+// window): always, except a timeout of a step that started with less than
+// half of its own timeout (`own`) left on the call's deadline, which is the
+// caller's time running out, not evidence that the node is down.
+bool NodeToBlame(bool timed_out, std::chrono::milliseconds left_at_start,
+                 std::chrono::milliseconds own);
 
 // Runs one pipeline on `node`: acquire, exchange, release (or mark failed).
 // The replies, or the error of the connection or the exchange.

@@ -60,7 +60,8 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& optio
   }
   if (r.is_error()) return ErrorReplyStatus(router->seed_->name(), "CLUSTER SLOTS", r.str);
   router->cluster_ = true;
-  KV_RETURN_IF_ERROR(router->LoadSlotMap());
+  RedisDeadline deadline = router->NewDeadline();
+  KV_RETURN_IF_ERROR(router->LoadSlotMap(deadline));
   return router;
 }
 
@@ -80,16 +81,17 @@ Result<std::vector<RedisReply>> RedisRouter::RunOn(RedisNode& node, RedisPipelin
   return RunOnNode(node, std::move(pipeline), deadline, *context_);
 }
 
-Status RedisRouter::LoadSlotMap() {
+Status RedisRouter::LoadSlotMap(RedisDeadline& deadline) {
   std::vector<RedisNodeRef> candidates = Masters();
   candidates.push_back(seed_);
   Status last = Status::IOError("redis: no node to load the cluster slot map from");
   std::set<RedisNode*> tried;
   for (const RedisNodeRef& node : candidates) {
     if (!tried.insert(node.get()).second || node->BackingOff()) continue;
+    if (deadline.Remaining(Clock::now()).count() == 0) break;
     RedisPipeline p;
     p.Add({"CLUSTER", "SLOTS"});
-    Result<std::vector<RedisReply>> replies = RunOn(*node, std::move(p));
+    Result<std::vector<RedisReply>> replies = RunOnNode(*node, std::move(p), deadline, *context_);
     if (!replies.ok()) {
       last = replies.status();
       continue;
@@ -137,12 +139,13 @@ Status RedisRouter::InstallSlotMap(const std::vector<RedisSlotRange>& ranges, co
   return Status::OK();
 }
 
-void RedisRouter::MaybeReloadSlotMap() {
+void RedisRouter::MaybeReloadSlotMap(RedisDeadline& deadline) {
   std::unique_lock<std::mutex> l(reload_mu_, std::try_to_lock);
   if (!l.owns_lock()) return;  // another thread is reloading
   if (Clock::now() - last_reload_ < context_->options.backoff_initial) return;
+  if (deadline.Remaining(Clock::now()).count() == 0) return;  // the next call reloads
   last_reload_ = Clock::now();
-  (void)LoadSlotMap();  // on failure the old map stays; the next MOVED tries again
+  (void)LoadSlotMap(deadline);  // on failure the old map stays; the next MOVED tries again
 }
 
 Result<RedisNodeRef> RedisRouter::NodeForKey(std::string_view key) const {
@@ -166,10 +169,11 @@ std::vector<RedisNodeRef> RedisRouter::Masters() const {
   return out;
 }
 
-Result<RedisNodeRef> RedisRouter::RedirectTarget(const RedisRedirect& redirect) {
+Result<RedisNodeRef> RedisRouter::RedirectTarget(const RedisRedirect& redirect,
+                                                 RedisDeadline& deadline) {
   RedisNodeRef target = KnownNode(redirect.host, redirect.port);
   if (target == nullptr) {
-    MaybeReloadSlotMap();
+    MaybeReloadSlotMap(deadline);
     target = KnownNode(redirect.host, redirect.port);
   }
   if (target == nullptr) {
@@ -189,7 +193,7 @@ std::string RedisRouter::Describe() const {
 // built and a connection acquired for it.
 Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
                                  const std::vector<size_t>& pending, const AskTargets& ask,
-                                 Round& round) {
+                                 Round& round, RedisDeadline& deadline) {
   for (size_t i : pending) {
     RedisNodeRef node;
     auto it = ask.find(i);
@@ -198,7 +202,7 @@ Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
     } else {
       Result<RedisNodeRef> owner = NodeForKey(requests[i].key);
       if (!owner.ok()) {  // a slot without a master: the map may be stale
-        MaybeReloadSlotMap();
+        MaybeReloadSlotMap(deadline);
         owner = NodeForKey(requests[i].key);
       }
       KV_ASSIGN_OR_RETURN(node, std::move(owner));
@@ -212,11 +216,13 @@ Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
   }
   // A node in its backoff window fails the call before anything is sent.
   for (auto& [node, b] : round) {
-    Result<std::unique_ptr<RedisConnection>> c = node->Acquire();
+    Result<std::unique_ptr<RedisConnection>> c = node->Acquire(deadline);
     if (!c.ok()) {
       for (auto& [other, ob] : round) {
         if (ob.connection != nullptr) other->Release(std::move(ob.connection));
       }
+      // A master that is down (or backing off) may have failed over.
+      if (cluster_ && c.status().IsIOError()) MaybeReloadSlotMap(deadline);
       return c.status();
     }
     b.connection = std::move(*c);
@@ -231,6 +237,7 @@ Status RedisRouter::RunRound(Round& round, RedisDeadline& deadline) {
   std::vector<RedisExchange*> exchanges;
   for (auto& [node, b] : round) exchanges.push_back(&b.exchange);
   RedisTraffic traffic;
+  std::chrono::milliseconds left = deadline.Remaining(Clock::now());
   RunExchanges(exchanges, deadline, traffic);
   context_->counters.Add(traffic);
   Status failure;
@@ -240,17 +247,19 @@ Status RedisRouter::RunRound(Round& round, RedisDeadline& deadline) {
       continue;
     }
     if (b.exchange.timed_out) ++context_->counters.timeouts;
-    node->MarkFailed(b.exchange.status);
+    if (NodeToBlame(b.exchange.timed_out, left, context_->options.command_timeout)) {
+      node->MarkFailed(b.exchange.status);
+    }
     if (failure.ok()) failure = b.exchange.status;
   }
-  if (!failure.ok() && cluster_) MaybeReloadSlotMap();  // a failover may have moved slots
+  if (!failure.ok() && cluster_) MaybeReloadSlotMap(deadline);  // a failover may have moved slots
   return failure;
 }
 
 // Hands each request its replies; returns the requests redirected elsewhere.
 Result<std::vector<size_t>> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> requests,
                                                      Round& round, std::vector<RedisKeyReplies>& out,
-                                                     AskTargets& ask) {
+                                                     AskTargets& ask, RedisDeadline& deadline) {
   std::vector<size_t> redirected;
   bool moved = false;
   for (auto& [node, b] : round) {
@@ -270,7 +279,7 @@ Result<std::vector<size_t>> RedisRouter::TakeReplies(std::span<const RedisKeyReq
         ask.erase(i);
         continue;
       }
-      KV_ASSIGN_OR_RETURN(RedisNodeRef target, RedirectTarget(*redirect));
+      KV_ASSIGN_OR_RETURN(RedisNodeRef target, RedirectTarget(*redirect, deadline));
       if (redirect->ask) {
         ++context_->counters.asked;
         ask[i] = target;
@@ -284,7 +293,7 @@ Result<std::vector<size_t>> RedisRouter::TakeReplies(std::span<const RedisKeyReq
       redirected.push_back(i);
     }
   }
-  if (moved) MaybeReloadSlotMap();
+  if (moved) MaybeReloadSlotMap(deadline);
   return redirected;
 }
 
@@ -302,9 +311,9 @@ Result<std::vector<RedisKeyReplies>> RedisRouter::Run(std::span<const RedisKeyRe
                              " redirections");
     }
     Round batches;
-    KV_RETURN_IF_ERROR(PrepareRound(requests, pending, ask, batches));
+    KV_RETURN_IF_ERROR(PrepareRound(requests, pending, ask, batches, deadline));
     KV_RETURN_IF_ERROR(RunRound(batches, deadline));
-    KV_ASSIGN_OR_RETURN(pending, TakeReplies(requests, batches, out, ask));
+    KV_ASSIGN_OR_RETURN(pending, TakeReplies(requests, batches, out, ask, deadline));
   }
   return out;
 }

@@ -78,19 +78,21 @@ class RedisRouter {
  private:
   explicit RedisRouter(std::unique_ptr<RedisNodeContext> context);
 
-  // Reloads the slot map from the first master (or the seed) that answers;
+  // Reloads the slot map from the first master (or the seed) that answers,
+  // within `deadline` (the calling request's: a reload never extends it);
   // the node list becomes the seed and the map's masters.
-  Status LoadSlotMap();
+  Status LoadSlotMap(RedisDeadline& deadline);
   // Installs `ranges` as the slot map. Corruption past kMaxClusterNodes.
   Status InstallSlotMap(const std::vector<RedisSlotRange>& ranges, const std::string& from);
-  // LoadSlotMap, unless another thread is at it or it ran very recently.
-  void MaybeReloadSlotMap();
+  // LoadSlotMap, unless another thread is at it, it ran very recently or
+  // the call has no time left.
+  void MaybeReloadSlotMap(RedisDeadline& deadline);
   Result<RedisNodeRef> NodeForKey(std::string_view key) const;
   // The known node `host:port`, or nullptr.
   RedisNodeRef KnownNode(const std::string& host, uint16_t port) const;
   // The node a redirection names, reloading the slot map once when it is
   // unknown; IOError when the map still does not list it.
-  Result<RedisNodeRef> RedirectTarget(const RedisRedirect& redirect);
+  Result<RedisNodeRef> RedirectTarget(const RedisRedirect& redirect, RedisDeadline& deadline);
 
   // The rounds of Run: requests grouped by node, sent, and their replies
   // handed out (or the requests sent on after MOVED / ASK).
@@ -98,10 +100,11 @@ class RedisRouter {
   using Round = std::map<RedisNode*, NodeBatch>;
   using AskTargets = std::unordered_map<size_t, RedisNodeRef>;  // request -> importing node
   Status PrepareRound(std::span<const RedisKeyRequest> requests, const std::vector<size_t>& pending,
-                      const AskTargets& ask, Round& round);
+                      const AskTargets& ask, Round& round, RedisDeadline& deadline);
   Status RunRound(Round& round, RedisDeadline& deadline);
   Result<std::vector<size_t>> TakeReplies(std::span<const RedisKeyRequest> requests, Round& round,
-                                          std::vector<RedisKeyReplies>& out, AskTargets& ask);
+                                          std::vector<RedisKeyReplies>& out, AskTargets& ask,
+                                          RedisDeadline& deadline);
 
   std::unique_ptr<RedisNodeContext> context_;
   RedisNodeRef seed_;
