@@ -245,7 +245,8 @@ TEST(RedisReplies, HeadersAloneAllocateLittle) {
 TEST(RedisReplies, BuffersGrowAsBytesArrive) {
   std::string big(5 * RedisLargeBulk::kFirstBytes + 7, 'v');
   for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<char>('a' + i % 26);
-  std::string bytes = "$" + std::to_string(big.size()) + "\r\n" + big + "\r\n*3000\r\n";
+  std::string bytes(1, '$');  // appends only: "$" + std::string trips GCC 12's -Wrestrict at -O3
+  bytes += std::to_string(big.size()) + "\r\n" + big + "\r\n*3000\r\n";
   for (int i = 0; i < 3000; ++i) bytes += "*2\r\n:" + std::to_string(i) + "\r\n$1\r\nx\r\n";
   ASSERT_OK_AND_ASSIGN(auto replies, ParseRedisReplies(bytes, 64 << 20));
   ASSERT_EQ(replies.size(), 2u);
