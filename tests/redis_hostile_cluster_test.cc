@@ -155,6 +155,18 @@ TEST(RedisHostileServer, NewConnectionsAuthWithinTheCallsDeadline) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(700));
 }
 
+// Opening is no request: its first connection's AUTH and its CLUSTER SLOTS
+// have a deadline each, so a slow server still opens.
+TEST(RedisHostileServer, OpenGivesAuthAndClusterSlotsADeadlineEach) {
+  uint16_t port = 0;
+  FakeRedisServer a([&](const std::vector<std::string>& c) -> std::string {
+    std::this_thread::sleep_for(kSlowStep);
+    return c[0] == "AUTH" ? "+OK\r\n" : SlotsOn(port, 0);
+  });
+  port = a.port();
+  EXPECT_OK(OpenRedisBackend(SlowClusterOptions(a)));
+}
+
 TEST(RedisHostileServer, TooManyMastersFailOpen) {
   std::string slots = "*1001\r\n";
   for (int i = 0; i <= 1000; ++i) {

@@ -15,7 +15,8 @@
 //     to each address the name resolves to. Use IP addresses (in the URL,
 //     and as the cluster's announced endpoints, Redis's default), or resolve
 //     the name once yourself and pass the address. OpenRedisBackend has its
-//     own deadlines: connect, then two exchanges of command_timeout each.
+//     own deadlines: its first connection (connect and AUTH) and each of its
+//     CLUSTER SLOTS commands (two in a cluster) get command_timeout each.
 //   * A node that failed is not contacted again until its backoff window
 //     (exponential, `backoff_initial` doubling up to `backoff_max`) has
 //     passed: calls that need it fail fast with IOError meanwhile. After

@@ -125,8 +125,11 @@ bool RedisNode::BackingOff() const {
 }
 
 Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
-                                          RedisDeadline& deadline, RedisNodeContext& context) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c, node.Acquire(deadline));
+                                          RedisDeadline& deadline, RedisNodeContext& context,
+                                          std::unique_ptr<RedisConnection> c) {
+  if (c == nullptr) {
+    KV_ASSIGN_OR_RETURN(c, node.Acquire(deadline));
+  }
   RedisExchange e;
   e.connection = c.get();
   e.pipeline = std::move(pipeline);

@@ -95,10 +95,12 @@ class RedisNode {
 bool NodeToBlame(bool timed_out, std::chrono::milliseconds left_at_start,
                  std::chrono::milliseconds own);
 
-// Runs one pipeline on `node`: acquire, exchange, release (or mark failed).
-// The replies, or the error of the connection or the exchange.
+// Runs one pipeline on `node`: acquire (unless `connection` is given, one
+// of `node`'s), exchange, release (or mark failed). The replies, or the
+// error of the connection or the exchange.
 Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
-                                          RedisDeadline& deadline, RedisNodeContext& context);
+                                          RedisDeadline& deadline, RedisNodeContext& context,
+                                          std::unique_ptr<RedisConnection> connection = nullptr);
 
 }  // namespace kvstore
 

@@ -46,9 +46,16 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& optio
   router->seed_ = std::make_shared<RedisNode>(url.host, url.port, router->context_.get());
   router->nodes_[router->seed_->name()] = router->seed_;
 
+  // Opening is no request: the first connection (connect and AUTH) and
+  // each CLUSTER SLOTS get a deadline of their own.
+  RedisDeadline connecting = router->NewDeadline();
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> first, router->seed_->Acquire(connecting));
   RedisPipeline probe;
   probe.Add({"CLUSTER", "SLOTS"});
-  KV_ASSIGN_OR_RETURN(std::vector<RedisReply> replies, router->RunOn(*router->seed_, std::move(probe)));
+  RedisDeadline probing = router->NewDeadline();
+  KV_ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                      RunOnNode(*router->seed_, std::move(probe), probing, *router->context_,
+                                std::move(first)));
   const RedisReply& r = replies[0];
   if (r.is_error() && r.str.find("cluster support disabled") != std::string::npos) return router;
   if (r.error_code() == "NOPERM") {
