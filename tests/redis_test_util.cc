@@ -42,8 +42,9 @@ std::string UniqueKeyPrefix() {
 Result<std::unique_ptr<RedisAdmin>> RedisAdmin::Connect(const std::string& url) {
   KV_ASSIGN_OR_RETURN(RedisUrl u, ParseRedisUrl(url));
   auto admin = std::make_unique<RedisAdmin>();
-  KV_ASSIGN_OR_RETURN(admin->connection_, RedisConnection::Connect(u.host, u.port,
-                                                                   std::chrono::seconds(2), 1 << 30));
+  bool timed_out = false;
+  KV_ASSIGN_OR_RETURN(admin->connection_, RedisConnection::Connect(u.host, u.port, std::chrono::seconds(2),
+                                                                   1 << 30, timed_out));
   if (!u.password.empty()) {
     KV_ASSIGN_OR_RETURN(RedisReply r, admin->Run({"AUTH", u.user.empty() ? "default" : u.user, u.password}));
     if (r.is_error()) return Status::FailedPrecondition("admin AUTH: " + r.str);

@@ -7,14 +7,26 @@
 //   * Every call is bounded: a node that stops answering turns it into
 //     IOError `command_timeout` after the last byte moved, and no call runs
 //     longer than `command_timeout` plus its bytes at
-//     `min_transfer_bytes_per_second`. Nothing waits longer.
+//     `min_transfer_bytes_per_second`. Everything a call does counts against
+//     that one deadline: new connections (connect, at most connect_timeout,
+//     and AUTH), redirections, and slot map reloads in a cluster. The one
+//     exception is name resolution: hiredis resolves a host name with
+//     getaddrinfo, which no timeout bounds, and the connect timeout applies
+//     to each address the name resolves to. Use IP addresses (in the URL,
+//     and as the cluster's announced endpoints, Redis's default), or resolve
+//     the name once yourself and pass the address. OpenRedisBackend has its
+//     own deadlines: its first connection (connect and AUTH) and each of its
+//     CLUSTER SLOTS commands (two in a cluster) get command_timeout each.
 //   * A node that failed is not contacted again until its backoff window
 //     (exponential, `backoff_initial` doubling up to `backoff_max`) has
-//     passed: calls that need it fail fast with IOError meanwhile.
+//     passed: calls that need it fail fast with IOError meanwhile. After
+//     the window one call reconnects while the others still fail fast.
 //   * A cluster is recognised from any of its nodes (CLUSTER SLOTS). Keys
 //     go to the master of their CRC16 hash slot ({hash tags} honoured);
 //     MOVED updates the slot map and retries there, ASK retries once on the
-//     importing node after ASKING. A batch is pipelined, one round trip per
+//     importing node after ASKING. Redirections go only to nodes the slot
+//     map lists (reloaded once for an unknown target), never to a host a
+//     reply names. A batch is pipelined, one round trip per
 //     node, all nodes at once; results keep the order of the arguments.
 //
 // Errors: IOError for anything transport-like (refused, reset, timeout,
@@ -73,8 +85,12 @@ struct RedisOptions {
   // MOVED/ASK rounds one call may follow before it gives up.
   int max_redirects = 5;
   // A reply larger than this fails the call (and closes the connection)
-  // instead of growing a buffer without bound. Redis values are <= 512 MiB.
-  size_t max_reply_bytes = 600ull << 20;
+  // instead of growing a buffer without bound. Memory follows the bytes
+  // that arrive, never a length the server announces, so this bounds what a
+  // server must actually send to make one call hold that much. 256 MiB
+  // holds a 256-token fp16 chunk of a 405B-class model (about 126 MiB) with
+  // room to spare; raise it for larger values (Redis allows 512 MiB).
+  size_t max_reply_bytes = size_t{256} << 20;
 };
 
 // Connects to the node in `options.url`, authenticates, and recognises a

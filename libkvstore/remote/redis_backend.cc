@@ -201,7 +201,7 @@ class RedisKvBackend final : public KvBackend {
     const std::string pattern = GlobPrefix(prefix);
     std::vector<std::string> out;
     std::unordered_set<std::string> seen;  // a key being migrated may show up twice
-    for (RedisNode* node : router_->Masters()) {
+    for (const RedisNodeRef& node : router_->Masters()) {
       std::string cursor = "0";
       for (size_t round = 0;; ++round) {
         if (out.size() >= limit) return out;

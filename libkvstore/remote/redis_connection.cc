@@ -9,6 +9,7 @@
 #include <hiredis.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -24,6 +25,8 @@ constexpr size_t kReadBufferBytes = 256 << 10;
 // a SCAN page) have a few thousand; a hostile array header cannot make us
 // allocate beyond this.
 constexpr size_t kMaxReplyObjects = 1 << 20;
+// What an array reserves up front; it grows as its elements arrive.
+constexpr size_t kFirstElements = 1024;
 
 }  // namespace
 
@@ -69,7 +72,10 @@ class RedisReplyParser {
 
   // Where socket bytes can go directly (see RedisLargeBulk::Target).
   std::span<char> DirectTarget() { return large_bulk_.Target(); }
-  void CommitDirect(size_t n) { large_bulk_.Commit(n); }
+  Status CommitDirect(size_t n, std::string_view node) {
+    Status s = large_bulk_.Commit(n);
+    return s.ok() ? s : Fail(node, s.message());
+  }
 
   // True when fed bytes end inside a reply.
   bool mid_reply() const { return bytes_since_reply_ > 0 || large_bulk_.active(); }
@@ -104,26 +110,31 @@ class RedisReplyParser {
     return static_cast<RedisReplyParser*>(task->privdata);
   }
 
-  // The object for `task`: a new root, or its slot in the parent array.
-  // nullptr (which the reader reports as an error) past the object limit.
-  // An array's elements count when the array is created.
-  static RedisReply* Place(const redisReadTask* task, size_t elements) {
+  static RedisReply* OverLimit(const redisReadTask* task) {
+    ParserOf(task)->limit_error_ =
+        "reply has more than " + std::to_string(kMaxReplyObjects) + " elements";
+    return nullptr;
+  }
+
+  // The object for `task`: a new root, or the next element of its parent
+  // array. nullptr (which the reader reports as an error) past the object
+  // limit. Objects count, and are allocated, as they arrive: an array header
+  // alone ("*1048575") costs nothing.
+  static RedisReply* Place(const redisReadTask* task) {
     RedisReplyParser* parser = ParserOf(task);
-    size_t more = elements + (task->parent == nullptr ? 1 : 0);
-    if (parser->objects_ + more > kMaxReplyObjects) {
-      parser->limit_error_ = "reply has more than " + std::to_string(kMaxReplyObjects) + " elements";
-      return nullptr;
-    }
-    parser->objects_ += more;
+    if (parser->objects_ + 1 > kMaxReplyObjects) return OverLimit(task);
+    ++parser->objects_;
     if (task->parent == nullptr) return new (std::nothrow) RedisReply;
+    // hiredis fills an array's elements in order, each one complete before
+    // the next starts, so appending never moves an element still in use.
     auto* parent = static_cast<RedisReply*>(task->parent->obj);
-    if (task->idx < 0 || static_cast<size_t>(task->idx) >= parent->elements.size()) return nullptr;
-    return &parent->elements[task->idx];
+    if (task->idx < 0 || static_cast<size_t>(task->idx) != parent->elements.size()) return nullptr;
+    return &parent->elements.emplace_back();
   }
 
   static void* CreateString(const redisReadTask* task, char* str, size_t len) {
     try {
-      RedisReply* r = Place(task, 0);
+      RedisReply* r = Place(task);
       if (r == nullptr) return nullptr;
       r->type = task->type == REDIS_REPLY_ERROR    ? RedisReply::Type::kError
                 : task->type == REDIS_REPLY_STATUS ? RedisReply::Type::kStatus
@@ -137,10 +148,12 @@ class RedisReplyParser {
 
   static void* CreateArray(const redisReadTask* task, int elements) {
     try {
-      RedisReply* r = Place(task, static_cast<size_t>(elements));
+      auto count = static_cast<size_t>(elements);
+      if (count > kMaxReplyObjects) return OverLimit(task);
+      RedisReply* r = Place(task);
       if (r == nullptr) return nullptr;
       r->type = RedisReply::Type::kArray;
-      r->elements.resize(static_cast<size_t>(elements));
+      r->elements.reserve(std::min(count, kFirstElements));
       return r;
     } catch (const std::bad_alloc&) {
       return nullptr;
@@ -149,7 +162,7 @@ class RedisReplyParser {
 
   static void* CreateInteger(const redisReadTask* task, long long value) {
     try {
-      RedisReply* r = Place(task, 0);
+      RedisReply* r = Place(task);
       if (r == nullptr) return nullptr;
       r->type = RedisReply::Type::kInteger;
       r->integer = value;
@@ -161,7 +174,7 @@ class RedisReplyParser {
 
   static void* CreateNil(const redisReadTask* task) {
     try {
-      RedisReply* r = Place(task, 0);
+      RedisReply* r = Place(task);
       if (r != nullptr) r->type = RedisReply::Type::kNil;
       return r;
     } catch (const std::bad_alloc&) {
@@ -192,7 +205,9 @@ RedisConnection::~RedisConnection() { redisFree(static_cast<redisContext*>(conte
 Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const std::string& host,
                                                                   uint16_t port,
                                                                   std::chrono::milliseconds timeout,
-                                                                  size_t max_reply_bytes) {
+                                                                  size_t max_reply_bytes,
+                                                                  bool& timed_out) {
+  timed_out = false;
   std::string node = host + ":" + std::to_string(port);
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
@@ -201,6 +216,7 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const std::str
   if (c == nullptr) return Status::IOError("redis " + node + ": connect: out of memory");
   if (c->err != 0) {
     std::string why = c->errstr;
+    timed_out = why == std::strerror(ETIMEDOUT);  // hiredis's message when its poll() expires
     redisFree(c);
     return Status::IOError("redis " + node + ": connect: " + why);
   }
@@ -226,7 +242,7 @@ Result<size_t> RedisConnection::ReadAvailable(std::vector<RedisReply>& out) {
       if (target.data() == buffer_.data()) {
         KV_RETURN_IF_ERROR(parser_->Feed(buffer_.data(), static_cast<size_t>(n), out, node_));
       } else {
-        parser_->CommitDirect(static_cast<size_t>(n));
+        KV_RETURN_IF_ERROR(parser_->CommitDirect(static_cast<size_t>(n), node_));
       }
       if (static_cast<size_t>(n) < target.size()) return total;  // drained
       continue;
@@ -238,7 +254,10 @@ Result<size_t> RedisConnection::ReadAvailable(std::vector<RedisReply>& out) {
   }
 }
 
+bool RedisConnection::MidReply() const { return parser_->mid_reply(); }
+
 bool RedisConnection::IdleAndOpen() const {
+  if (MidReply()) return false;
   pollfd p{fd_, POLLIN, 0};
   return ::poll(&p, 1, 0) == 0;
 }

@@ -28,12 +28,14 @@ class RedisReplyParser;
 
 class RedisConnection {
  public:
-  // Connects to host:port within `timeout`. IOError names the node and the
-  // reason ("redis 127.0.0.1:6379: connect: Connection refused").
+  // Connects to host:port within `timeout` per address the host resolves
+  // to (hiredis resolves names with getaddrinfo, which has no bound). IOError
+  // names the node and the reason ("redis 127.0.0.1:6379: connect:
+  // Connection refused"); `timed_out` tells whether the timeout expired.
   // `max_reply_bytes` bounds what one reply may buffer.
   static Result<std::unique_ptr<RedisConnection>> Connect(const std::string& host, uint16_t port,
                                                           std::chrono::milliseconds timeout,
-                                                          size_t max_reply_bytes);
+                                                          size_t max_reply_bytes, bool& timed_out);
   ~RedisConnection();
   RedisConnection(const RedisConnection&) = delete;
   RedisConnection& operator=(const RedisConnection&) = delete;
@@ -48,9 +50,15 @@ class RedisConnection {
   // unusable afterwards.
   Result<size_t> ReadAvailable(std::vector<RedisReply>& out);
 
+  // True when bytes read so far end inside a reply (the parser holds part
+  // of one). After the last expected reply that is a protocol violation:
+  // those bytes would prefix the next call's reply.
+  bool MidReply() const;
+
   // True when nothing is waiting on an idle connection: no bytes nobody
-  // asked for, no end of file (a server that restarted or closed idle
-  // clients). A pooled connection is checked before it is reused.
+  // asked for, held by the parser or on the socket, and no end of file (a
+  // server that restarted or closed idle clients). A pooled connection is
+  // checked before it is reused, and given back only when this holds.
   bool IdleAndOpen() const;
 
  private:

@@ -114,6 +114,12 @@ Clock::time_point RedisDeadline::When(Clock::time_point last_progress) const {
   return std::min(cap, last_progress + timeout);
 }
 
+std::chrono::milliseconds RedisDeadline::Remaining(Clock::time_point now) const {
+  Clock::time_point when = When(now);
+  if (when <= now) return std::chrono::milliseconds(0);
+  return std::chrono::floor<std::chrono::milliseconds>(when - now);
+}
+
 void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline& deadline,
                   RedisTraffic& traffic) {
   std::vector<SendState> send(exchanges.size());
@@ -191,6 +197,9 @@ void RunExchanges(std::span<RedisExchange*> exchanges, RedisDeadline& deadline,
       if (e.replies.size() > e.pipeline.commands()) {
         fail(i, Status::IOError("redis " + e.connection->node() + ": protocol error: " +
                                 "more replies than commands"));
+      } else if (e.replies.size() == e.pipeline.commands() && e.connection->MidReply()) {
+        fail(i, Status::IOError("redis " + e.connection->node() + ": protocol error: " +
+                                "bytes after the last reply"));
       } else if (e.replies.size() == e.pipeline.commands() && send[i].done()) {
         active[i] = false;
       }

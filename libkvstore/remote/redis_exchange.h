@@ -75,6 +75,9 @@ struct RedisDeadline {
   uint64_t bytes_moved = 0;  // sent and received so far in this call
 
   std::chrono::steady_clock::time_point When(std::chrono::steady_clock::time_point last_progress) const;
+  // What a step starting at `now` (a connect, or an exchange before its
+  // first byte) may still take; zero when the call's time is up.
+  std::chrono::milliseconds Remaining(std::chrono::steady_clock::time_point now) const;
 };
 
 struct RedisTraffic {

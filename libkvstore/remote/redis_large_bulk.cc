@@ -22,22 +22,43 @@ Result<size_t> RedisLargeBulk::Start(const char* data, size_t n, size_t max_byte
   if (length > max_bytes) {
     return Status::IOError("reply larger than " + std::to_string(max_bytes) + " bytes");
   }
-  try {
-    value_.resize(length);
-  } catch (const std::bad_alloc&) {
-    return Status::IOError("out of memory for a " + std::to_string(length) + "-byte reply");
-  }
-  active_ = true;
+  value_ = std::string();
+  length_ = length;
   filled_ = 0;
   crlf_seen_ = 0;
+  KV_RETURN_IF_ERROR(Grow());
+  active_ = true;
   return i + 2;
 }
 
+// The announced length is only a claim: the buffer follows the bytes that
+// actually arrived (at most twice them, plus kFirstBytes), so a header alone
+// cannot make us allocate. Doubling keeps the copies on growth below the
+// value's size in total.
+Status RedisLargeBulk::Grow() {
+  if (filled_ < value_.size() || value_.size() == length_) return Status::OK();
+  size_t size = std::min(length_, std::max(kFirstBytes, value_.size() * 2));
+  try {
+    value_.resize(size);
+  } catch (const std::bad_alloc&) {
+    return Status::IOError("out of memory for a " + std::to_string(length_) + "-byte reply");
+  }
+  return Status::OK();
+}
+
+Status RedisLargeBulk::Commit(size_t n) {
+  filled_ += n;
+  return Grow();
+}
+
 Result<size_t> RedisLargeBulk::Take(const char* data, size_t n, std::optional<std::string>& done) {
-  size_t body = std::min(n, value_.size() - filled_);
-  std::memcpy(value_.data() + filled_, data, body);
-  filled_ += body;
-  size_t used = body;
+  size_t used = 0;
+  while (used < n && filled_ < length_) {
+    size_t body = std::min(n - used, value_.size() - filled_);
+    std::memcpy(value_.data() + filled_, data + used, body);
+    used += body;
+    KV_RETURN_IF_ERROR(Commit(body));
+  }
   while (used < n && crlf_seen_ < 2) {
     if (data[used] != (crlf_seen_ == 0 ? '\r' : '\n')) {
       return Status::IOError("bulk string not followed by CRLF");

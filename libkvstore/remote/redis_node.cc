@@ -12,35 +12,67 @@ RedisNode::RedisNode(std::string host, uint16_t port, RedisNodeContext* context)
       name_(host_ + ":" + std::to_string(port_)),
       context_(context) {}
 
-Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire() {
+bool NodeToBlame(bool timed_out, std::chrono::milliseconds left_at_start,
+                 std::chrono::milliseconds own) {
+  return !timed_out || left_at_start * 2 >= own;
+}
+
+Result<std::unique_ptr<RedisConnection>> RedisNode::Acquire(RedisDeadline& deadline) {
+  bool probe = false;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (failures_ > 0 && Clock::now() < retry_after_) {
-      ++context_->counters.fast_failures;
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(retry_after_ - Clock::now());
-      return Status::IOError("redis " + name_ + ": unavailable for " + std::to_string(left.count()) +
-                             " ms more after: " + std::string(last_failure_.message()));
+    if (failures_ > 0) {
+      // Backing off, or past the window: then one caller (the probe) tries
+      // to connect and the others fail fast until it has succeeded.
+      if (Clock::now() < retry_after_ || probing_) {
+        ++context_->counters.fast_failures;
+        return Unavailable();
+      }
+      probing_ = probe = true;
     }
-    while (!idle_.empty()) {
+    while (!probe && !idle_.empty()) {
       std::unique_ptr<RedisConnection> c = std::move(idle_.back());
       idle_.pop_back();
       if (c->IdleAndOpen()) return c;
     }
   }
-  Result<std::unique_ptr<RedisConnection>> c = Connect();
-  if (c.ok()) {
-    std::lock_guard<std::mutex> l(mu_);
-    failures_ = 0;
-  } else if (c.status().IsIOError()) {
-    MarkFailed(c.status());
-  }
+  bool blame = true;
+  Result<std::unique_ptr<RedisConnection>> c = Connect(deadline, blame);
+  if (c.status().IsIOError() && blame) MarkFailed(c.status());
+  std::lock_guard<std::mutex> l(mu_);
+  if (probe) probing_ = false;
+  if (c.ok()) failures_ = 0;
   return c;
 }
 
-Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
+Status RedisNode::Unavailable() const {
+  std::string why = "redis " + name_ + ": unavailable ";
+  if (Clock::now() < retry_after_) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(retry_after_ - Clock::now());
+    why += "for " + std::to_string(left.count()) + " ms more";
+  } else {
+    why += "while another call reconnects";
+  }
+  return Status::IOError(why + " after: " + std::string(last_failure_.message()));
+}
+
+Result<std::unique_ptr<RedisConnection>> RedisNode::Connect(RedisDeadline& deadline, bool& blame) {
   const RedisOptions& o = context_->options;
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c,
-                      RedisConnection::Connect(host_, port_, o.connect_timeout, o.max_reply_bytes));
+  std::chrono::milliseconds left = deadline.Remaining(Clock::now());
+  if (left.count() == 0) {
+    blame = false;
+    ++context_->counters.timeouts;
+    return Status::IOError("redis " + name_ + ": timeout: no time left to connect");
+  }
+  bool timed_out = false;
+  Result<std::unique_ptr<RedisConnection>> connected = RedisConnection::Connect(
+      host_, port_, std::min(o.connect_timeout, left), o.max_reply_bytes, timed_out);
+  if (!connected.ok()) {
+    if (timed_out) ++context_->counters.timeouts;
+    blame = NodeToBlame(timed_out, left, o.connect_timeout);
+    return connected.status();
+  }
+  std::unique_ptr<RedisConnection> c = std::move(*connected);
   ++context_->counters.connects;
   const RedisUrl& url = context_->url;
   if (url.password.empty()) return c;
@@ -54,11 +86,13 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
   }
   RedisExchange* one[] = {&auth};
   RedisTraffic traffic;
-  RedisDeadline deadline{Clock::now(), o.command_timeout, 0};
+  left = deadline.Remaining(Clock::now());
   RunExchanges(one, deadline, traffic);
   context_->counters.Add(traffic);
   if (auth.timed_out) ++context_->counters.timeouts;
+  blame = NodeToBlame(auth.timed_out, left, o.command_timeout);
   KV_RETURN_IF_ERROR(auth.status);
+  blame = true;
   const RedisReply& r = auth.replies[0];
   // The password never appears in a message, only the server's refusal.
   if (r.is_error()) return ErrorReplyStatus(name_, "AUTH " + url.user, r.str);
@@ -67,6 +101,7 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Connect() {
 }
 
 void RedisNode::Release(std::unique_ptr<RedisConnection> connection) {
+  if (!connection->IdleAndOpen()) return;  // closed, or bytes nobody asked for
   std::lock_guard<std::mutex> l(mu_);
   if (idle_.size() < context_->options.max_idle_connections_per_node) {
     idle_.push_back(std::move(connection));
@@ -90,18 +125,22 @@ bool RedisNode::BackingOff() const {
 }
 
 Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
-                                          RedisDeadline& deadline, RedisNodeContext& context) {
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> c, node.Acquire());
+                                          RedisDeadline& deadline, RedisNodeContext& context,
+                                          std::unique_ptr<RedisConnection> c) {
+  if (c == nullptr) {
+    KV_ASSIGN_OR_RETURN(c, node.Acquire(deadline));
+  }
   RedisExchange e;
   e.connection = c.get();
   e.pipeline = std::move(pipeline);
   RedisExchange* one[] = {&e};
   RedisTraffic traffic;
+  std::chrono::milliseconds left = deadline.Remaining(Clock::now());
   RunExchanges(one, deadline, traffic);
   context.counters.Add(traffic);
   if (!e.status.ok()) {
     if (e.timed_out) ++context.counters.timeouts;
-    node.MarkFailed(e.status);
+    if (NodeToBlame(e.timed_out, left, context.options.command_timeout)) node.MarkFailed(e.status);
     return e.status;
   }
   node.Release(std::move(c));

@@ -49,11 +49,16 @@ class RedisNode {
 
   // An idle connection that is still open, or a new one (connected and
   // authenticated). During the backoff window after a failure, IOError at
-  // once, naming the failure. FailedPrecondition when AUTH is refused.
-  Result<std::unique_ptr<RedisConnection>> Acquire();
+  // once, naming the failure. After the window one caller connects (the
+  // probe) while the others still get IOError at once; its success closes
+  // the window for all, its failure opens the next one. FailedPrecondition
+  // when AUTH is refused.
+  // A new connection's connect and AUTH run on the caller's `deadline`.
+  Result<std::unique_ptr<RedisConnection>> Acquire(RedisDeadline& deadline);
 
   // Gives back a connection whose last exchange succeeded (kept while fewer
-  // than max_idle_connections_per_node are idle).
+  // than max_idle_connections_per_node are idle, and only when it is idle
+  // and open: nothing buffered, nothing waiting; otherwise closed).
   void Release(std::unique_ptr<RedisConnection> connection);
 
   // Records a transport failure (connect, I/O, timeout): drops the idle
@@ -65,7 +70,10 @@ class RedisNode {
   bool BackingOff() const;
 
  private:
-  Result<std::unique_ptr<RedisConnection>> Connect();
+  // `blame` tells whether a failure counts against the node (NodeToBlame).
+  Result<std::unique_ptr<RedisConnection>> Connect(RedisDeadline& deadline, bool& blame);
+  // The fast failure while backing off or probing. REQUIRES: mu_ held.
+  Status Unavailable() const;
 
   const std::string host_;
   const uint16_t port_;
@@ -75,14 +83,24 @@ class RedisNode {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<RedisConnection>> idle_;
   int failures_ = 0;
+  bool probing_ = false;  // a caller is connecting after the window
   std::chrono::steady_clock::time_point retry_after_{};
   Status last_failure_;
 };
 
-// Runs one pipeline on `node`: acquire, exchange, release (or mark failed).
-// The replies, or the error of the connection or the exchange.
+// Whether a step's failure counts against its node (opens its backoff
+// window): always, except a timeout of a step that started with less than
+// half of its own timeout (`own`) left on the call's deadline, which is the
+// caller's time running out, not evidence that the node is down.
+bool NodeToBlame(bool timed_out, std::chrono::milliseconds left_at_start,
+                 std::chrono::milliseconds own);
+
+// Runs one pipeline on `node`: acquire (unless `connection` is given, one
+// of `node`'s), exchange, release (or mark failed). The replies, or the
+// error of the connection or the exchange.
 Result<std::vector<RedisReply>> RunOnNode(RedisNode& node, RedisPipeline pipeline,
-                                          RedisDeadline& deadline, RedisNodeContext& context);
+                                          RedisDeadline& deadline, RedisNodeContext& context,
+                                          std::unique_ptr<RedisConnection> connection = nullptr);
 
 }  // namespace kvstore
 

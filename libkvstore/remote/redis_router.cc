@@ -1,13 +1,12 @@
+// RedisRouter: opening (cluster or not) and the rounds of a call: requests
+// grouped by node, sent, and their replies handed out or redirected.
 #include "libkvstore/remote/redis_router.h"
 
-#include <set>
-#include <unordered_map>
-
-#include "libkvstore/remote/redis_slots.h"
-
 namespace kvstore {
+
 // One node's part of a round: its exchange and which requests it carries.
 struct RedisRouter::NodeBatch {
+  RedisNodeRef node;  // keeps the node alive while the round uses it
   std::unique_ptr<RedisConnection> connection;
   RedisExchange exchange;
   std::vector<size_t> requests;
@@ -43,11 +42,20 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& optio
   context->options = options;
   KV_ASSIGN_OR_RETURN(context->url, ParseRedisUrl(options.url));
   std::unique_ptr<RedisRouter> router(new RedisRouter(std::move(context)));
-  router->seed_ = router->NodeFor(router->context_->url.host, router->context_->url.port);
+  const RedisUrl& url = router->context_->url;
+  router->seed_ = std::make_shared<RedisNode>(url.host, url.port, router->context_.get());
+  router->nodes_[router->seed_->name()] = router->seed_;
 
+  // Opening is no request: the first connection (connect and AUTH) and
+  // each CLUSTER SLOTS get a deadline of their own.
+  RedisDeadline connecting = router->NewDeadline();
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<RedisConnection> first, router->seed_->Acquire(connecting));
   RedisPipeline probe;
   probe.Add({"CLUSTER", "SLOTS"});
-  KV_ASSIGN_OR_RETURN(std::vector<RedisReply> replies, router->RunOn(*router->seed_, std::move(probe)));
+  RedisDeadline probing = router->NewDeadline();
+  KV_ASSIGN_OR_RETURN(std::vector<RedisReply> replies,
+                      RunOnNode(*router->seed_, std::move(probe), probing, *router->context_,
+                                std::move(first)));
   const RedisReply& r = replies[0];
   if (r.is_error() && r.str.find("cluster support disabled") != std::string::npos) return router;
   if (r.error_code() == "NOPERM") {
@@ -57,16 +65,9 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& optio
   }
   if (r.is_error()) return ErrorReplyStatus(router->seed_->name(), "CLUSTER SLOTS", r.str);
   router->cluster_ = true;
-  KV_RETURN_IF_ERROR(router->LoadSlotMap());
+  RedisDeadline deadline = router->NewDeadline();
+  KV_RETURN_IF_ERROR(router->LoadSlotMap(deadline));
   return router;
-}
-
-RedisNode* RedisRouter::NodeFor(const std::string& host, uint16_t port) {
-  std::string name = host + ":" + std::to_string(port);
-  std::unique_lock<std::shared_mutex> l(mu_);
-  std::unique_ptr<RedisNode>& node = nodes_[name];
-  if (node == nullptr) node = std::make_unique<RedisNode>(host, port, context_.get());
-  return node.get();
 }
 
 RedisDeadline RedisRouter::NewDeadline() const {
@@ -79,76 +80,6 @@ Result<std::vector<RedisReply>> RedisRouter::RunOn(RedisNode& node, RedisPipelin
   return RunOnNode(node, std::move(pipeline), deadline, *context_);
 }
 
-Status RedisRouter::LoadSlotMap() {
-  std::vector<RedisNode*> candidates = Masters();
-  candidates.push_back(seed_);
-  Status last = Status::IOError("redis: no node to load the cluster slot map from");
-  std::set<RedisNode*> tried;
-  for (RedisNode* node : candidates) {
-    if (!tried.insert(node).second || node->BackingOff()) continue;
-    RedisPipeline p;
-    p.Add({"CLUSTER", "SLOTS"});
-    Result<std::vector<RedisReply>> replies = RunOn(*node, std::move(p));
-    if (!replies.ok()) {
-      last = replies.status();
-      continue;
-    }
-    const RedisReply& reply = (*replies)[0];
-    if (reply.is_error()) {
-      last = ErrorReplyStatus(node->name(), "CLUSTER SLOTS", reply.str);
-      continue;
-    }
-    Result<std::vector<RedisSlotRange>> ranges = ParseClusterSlots(reply, node->host());
-    if (!ranges.ok()) {
-      last = ranges.status().WithPrefix("redis " + node->name());
-      continue;
-    }
-    if (ranges->empty()) {
-      last = Status::IOError("redis " + node->name() + ": the cluster serves no slots");
-      continue;
-    }
-    std::vector<RedisNode*> slots(kRedisClusterSlots, nullptr);
-    for (const RedisSlotRange& range : *ranges) {
-      RedisNode* master = NodeFor(range.host, range.port);
-      for (int s = range.first; s <= range.last; ++s) slots[s] = master;
-    }
-    std::unique_lock<std::shared_mutex> l(mu_);
-    slots_.swap(slots);
-    ++context_->counters.slot_map_loads;
-    return Status::OK();
-  }
-  return last;
-}
-
-void RedisRouter::MaybeReloadSlotMap() {
-  std::unique_lock<std::mutex> l(reload_mu_, std::try_to_lock);
-  if (!l.owns_lock()) return;  // another thread is reloading
-  if (Clock::now() - last_reload_ < context_->options.backoff_initial) return;
-  last_reload_ = Clock::now();
-  (void)LoadSlotMap();  // on failure the old map stays; the next MOVED tries again
-}
-
-Result<RedisNode*> RedisRouter::NodeForKey(std::string_view key) const {
-  if (!cluster_) return seed_;
-  int slot = KeyHashSlot(key);
-  std::shared_lock<std::shared_mutex> l(mu_);
-  if (slots_[slot] == nullptr) {
-    return Status::IOError("redis cluster: no master serves slot " + std::to_string(slot));
-  }
-  return slots_[slot];
-}
-
-std::vector<RedisNode*> RedisRouter::Masters() const {
-  if (!cluster_) return {seed_};
-  std::shared_lock<std::shared_mutex> l(mu_);
-  std::vector<RedisNode*> out;
-  std::set<RedisNode*> seen;
-  for (RedisNode* n : slots_) {
-    if (n != nullptr && seen.insert(n).second) out.push_back(n);
-  }
-  return out;
-}
-
 std::string RedisRouter::Describe() const {
   if (!cluster_) return "redis " + seed_->name();
   return "redis cluster " + seed_->name() + " (" + std::to_string(Masters().size()) + " masters)";
@@ -158,21 +89,22 @@ std::string RedisRouter::Describe() const {
 // built and a connection acquired for it.
 Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
                                  const std::vector<size_t>& pending, const AskTargets& ask,
-                                 Round& round) {
+                                 Round& round, RedisDeadline& deadline) {
   for (size_t i : pending) {
-    RedisNode* node;
+    RedisNodeRef node;
     auto it = ask.find(i);
     if (it != ask.end()) {
       node = it->second;
     } else {
-      Result<RedisNode*> owner = NodeForKey(requests[i].key);
+      Result<RedisNodeRef> owner = NodeForKey(requests[i].key);
       if (!owner.ok()) {  // a slot without a master: the map may be stale
-        MaybeReloadSlotMap();
+        MaybeReloadSlotMap(deadline);
         owner = NodeForKey(requests[i].key);
       }
       KV_ASSIGN_OR_RETURN(node, std::move(owner));
     }
-    NodeBatch& b = round[node];
+    NodeBatch& b = round[node.get()];
+    b.node = node;
     b.requests.push_back(i);
     b.asking.push_back(it != ask.end());
     if (it != ask.end()) b.exchange.pipeline.Add({"ASKING"});
@@ -180,11 +112,13 @@ Status RedisRouter::PrepareRound(std::span<const RedisKeyRequest> requests,
   }
   // A node in its backoff window fails the call before anything is sent.
   for (auto& [node, b] : round) {
-    Result<std::unique_ptr<RedisConnection>> c = node->Acquire();
+    Result<std::unique_ptr<RedisConnection>> c = node->Acquire(deadline);
     if (!c.ok()) {
       for (auto& [other, ob] : round) {
         if (ob.connection != nullptr) other->Release(std::move(ob.connection));
       }
+      // A master that is down (or backing off) may have failed over.
+      if (cluster_ && c.status().IsIOError()) MaybeReloadSlotMap(deadline);
       return c.status();
     }
     b.connection = std::move(*c);
@@ -199,6 +133,7 @@ Status RedisRouter::RunRound(Round& round, RedisDeadline& deadline) {
   std::vector<RedisExchange*> exchanges;
   for (auto& [node, b] : round) exchanges.push_back(&b.exchange);
   RedisTraffic traffic;
+  std::chrono::milliseconds left = deadline.Remaining(Clock::now());
   RunExchanges(exchanges, deadline, traffic);
   context_->counters.Add(traffic);
   Status failure;
@@ -208,17 +143,19 @@ Status RedisRouter::RunRound(Round& round, RedisDeadline& deadline) {
       continue;
     }
     if (b.exchange.timed_out) ++context_->counters.timeouts;
-    node->MarkFailed(b.exchange.status);
+    if (NodeToBlame(b.exchange.timed_out, left, context_->options.command_timeout)) {
+      node->MarkFailed(b.exchange.status);
+    }
     if (failure.ok()) failure = b.exchange.status;
   }
-  if (!failure.ok() && cluster_) MaybeReloadSlotMap();  // a failover may have moved slots
+  if (!failure.ok() && cluster_) MaybeReloadSlotMap(deadline);  // a failover may have moved slots
   return failure;
 }
 
 // Hands each request its replies; returns the requests redirected elsewhere.
-std::vector<size_t> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> requests,
-                                             Round& round, std::vector<RedisKeyReplies>& out,
-                                             AskTargets& ask) {
+Result<std::vector<size_t>> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> requests,
+                                                     Round& round, std::vector<RedisKeyReplies>& out,
+                                                     AskTargets& ask, RedisDeadline& deadline) {
   std::vector<size_t> redirected;
   bool moved = false;
   for (auto& [node, b] : round) {
@@ -234,11 +171,11 @@ std::vector<size_t> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> re
         if (cluster_ && (redirect = ParseRedirect(r, node->host()))) break;
       }
       if (!redirect) {
-        out[i] = RedisKeyReplies{std::move(replies), node};
+        out[i] = RedisKeyReplies{std::move(replies), b.node};
         ask.erase(i);
         continue;
       }
-      RedisNode* target = NodeFor(redirect->host, redirect->port);
+      KV_ASSIGN_OR_RETURN(RedisNodeRef target, RedirectTarget(*redirect, deadline));
       if (redirect->ask) {
         ++context_->counters.asked;
         ask[i] = target;
@@ -252,7 +189,7 @@ std::vector<size_t> RedisRouter::TakeReplies(std::span<const RedisKeyRequest> re
       redirected.push_back(i);
     }
   }
-  if (moved) MaybeReloadSlotMap();
+  if (moved) MaybeReloadSlotMap(deadline);
   return redirected;
 }
 
@@ -270,9 +207,9 @@ Result<std::vector<RedisKeyReplies>> RedisRouter::Run(std::span<const RedisKeyRe
                              " redirections");
     }
     Round batches;
-    KV_RETURN_IF_ERROR(PrepareRound(requests, pending, ask, batches));
+    KV_RETURN_IF_ERROR(PrepareRound(requests, pending, ask, batches, deadline));
     KV_RETURN_IF_ERROR(RunRound(batches, deadline));
-    pending = TakeReplies(requests, batches, out, ask);
+    KV_ASSIGN_OR_RETURN(pending, TakeReplies(requests, batches, out, ask, deadline));
   }
   return out;
 }
