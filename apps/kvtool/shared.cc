@@ -2,9 +2,6 @@
 #include "apps/kvtool/shared.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "apps/kvtool/kvtool.h"
 #include "kvstore/redis_backend.h"
@@ -25,29 +22,8 @@ std::string Describe(const kvstore::SharedNamespaceInfo& ns) {
   return TerminalText(ns.fingerprint->model_id());
 }
 
-constexpr const char* kSecretEnv = "KVSTORE_SHARED_SECRET";
-
-// The secret from --secret, --secret-file (one trailing newline dropped) or
-// the environment; empty when none is given.
 kvstore::Result<std::string> SecretOf(const SharedArgs& a) {
-  if (!a.secret.empty() && !a.secret_file.empty()) {
-    return kvstore::Status::InvalidArgument("--secret and --secret-file: give one");
-  }
-  if (!a.secret.empty()) return a.secret;
-  if (a.secret_file.empty()) {
-    const char* env = std::getenv(kSecretEnv);
-    return std::string(env != nullptr ? env : "");
-  }
-  std::ifstream in(a.secret_file, std::ios::binary);
-  if (!in.is_open()) return kvstore::Status::IOError("cannot open --secret-file " + a.secret_file);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return kvstore::Status::IOError("cannot read --secret-file " + a.secret_file);
-  std::string secret = text.str();
-  if (secret.ends_with('\n')) secret.pop_back();
-  if (secret.ends_with('\r')) secret.pop_back();
-  if (secret.empty()) return kvstore::Status::InvalidArgument("--secret-file " + a.secret_file + " is empty");
-  return secret;
+  return kvstore::ResolveSharedSecret(a.secret, a.secret_file);
 }
 
 // "tokens 512-768" for a rows chunk, "at 768 tokens" for a snapshot; the

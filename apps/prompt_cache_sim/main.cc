@@ -29,6 +29,7 @@
 #include "kvstore/kv_backend.h"
 #include "kvstore/redis_backend.h"
 #include "kvstore/shared_prompt_cache.h"
+#include "kvstore/shared_tier_admin.h"
 
 namespace {
 
@@ -43,7 +44,7 @@ struct Options {
   std::string redis_url, key_prefix = "kvstore:";
   int worker = -1;  // >= 0: one server process of a --redis run
   size_t insert_queue = 256;
-  std::string secret;
+  std::string secret, secret_file;
   sim::WorkloadOptions workload;
 };
 
@@ -59,7 +60,11 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--processes", o.processes, "servers sharing the shared tier, each with its own memory tier")
       ->check(CLI::Range(1, 64));
   app.add_option("--chunk-tokens", o.chunk_tokens, "tokens per shared-tier chunk")->check(CLI::PositiveNumber);
-  app.add_option("--secret", o.secret, "shared-tier HMAC secret");
+  app.add_option("--secret", o.secret,
+                 "shared-tier HMAC secret (visible to other users in ps: prefer --secret-file or "
+                 "$KVSTORE_SHARED_SECRET)");
+  app.add_option("--secret-file", o.secret_file,
+                 "shared-tier HMAC secret from this file (one trailing newline dropped)");
   app.add_option("--redis", o.redis_url,
                  "redis://[USER:PASSWORD@]HOST:PORT (any node of a cluster): the shared tier, and --processes "
                  "real server processes");
@@ -137,6 +142,13 @@ int main(int argc, char** argv) {
   AddOptions(app, o);
   CLI11_PARSE(app, argc, argv);
   o.workload.seed = o.seed;
+  // Workers get the same flags (or the same environment), so resolve here too.
+  kvstore::Result<std::string> secret = kvstore::ResolveSharedSecret(o.secret, o.secret_file);
+  if (!secret.ok()) {
+    std::fprintf(stderr, "prompt_cache_sim: %s\n", secret.status().ToString().c_str());
+    return 2;
+  }
+  o.secret = *secret;
   sim::Report report;
   if (o.redis_url.empty()) {
     // Several servers in this one process share an in-memory chunk store.
