@@ -90,6 +90,18 @@ TEST_F(SharedPromptCacheTest, WritersShareTheChunksOfACommonPrefix) {
   EXPECT_EQ(own->foreign_tokens, 0);
 }
 
+// A cache holding fewer tokens than its key would be cut into chunks that
+// claim positions it does not hold: refused before anything is queued or
+// written (an asynchronous insert would only count it).
+TEST_F(SharedPromptCacheTest, InsertRefusesLayersHoldingAnotherTokenCount) {
+  auto tier = OpenTier(backend_.get(), kC, "", /*async=*/true);
+  const PromptCache shorter = TwoLayers(static_cast<int64_t>(first_.size()) - 3, 1);
+  EXPECT_THAT(tier->Insert(fp_, first_, shorter),
+              testing::HasCode(StatusCode::kInvalidArgument, "shared tier: layer 0 (KVCache): offset 42 != 45 tokens"));
+  tier->Flush();
+  EXPECT_FALSE(Has(KeyOf(first_, 0)));
+}
+
 TEST_F(SharedPromptCacheTest, AChunkMissingFromTheMiddleEndsThePrefix) {
   auto tier = OpenTier(backend_.get(), kC);
   ASSERT_OK(tier->Insert(fp_, first_, first_cache_));
@@ -324,7 +336,7 @@ TEST_F(SharedPromptCacheTest, BadArgumentsAreRefused) {
   const PromptCacheCheckpoint beyond[] = {{static_cast<int64_t>(first_.size()) + 1, first_cache_}};
   EXPECT_THAT(tier->Insert(fp_, first_, first_cache_, beyond), testing::HasCode(StatusCode::kInvalidArgument, "outside"));
   const PromptCacheCheckpoint wrong[] = {{kC, TwoLayers(kC + 1, 3)}};
-  EXPECT_THAT(tier->Insert(fp_, first_, first_cache_, wrong), testing::HasCode(StatusCode::kInvalidArgument, "holds"));
+  EXPECT_THAT(tier->Insert(fp_, first_, first_cache_, wrong), testing::HasCode(StatusCode::kInvalidArgument, "checkpoint at 8 tokens: layer 0 (KVCache): offset 9 != 8 tokens"));
 }
 
 // Many threads fetching and inserting overlapping prompts through writer

@@ -4,6 +4,7 @@
 
 #include <system_error>
 
+#include "libkvstore/reuse/cache_leaves.h"
 #include "libkvstore/reuse/shared_tier.h"
 #include "libkvstore/util/parallel.h"
 
@@ -143,12 +144,17 @@ Status SharedPromptCache::Insert(const ModelFingerprint& model, std::span<const 
     return Status::OK();
   }
   KV_RETURN_IF_ERROR(model.Check(cache));
+  // Chunks are cut at token positions: a layer holding another count than
+  // the key would be stored as someone else's prefix.
+  KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("shared tier"));
   for (const PromptCacheCheckpoint& cp : checkpoints) {
     if (cp.tokens < 1 || cp.tokens > static_cast<int64_t>(tokens.size())) {
       return Status::InvalidArgument("shared tier: a checkpoint at " + std::to_string(cp.tokens) +
                                      " tokens is outside the prompt");
     }
-    KV_RETURN_IF_ERROR(model.Check(cp.cache).WithPrefix("checkpoint at " + std::to_string(cp.tokens) + " tokens"));
+    const std::string where = "checkpoint at " + std::to_string(cp.tokens) + " tokens";
+    KV_RETURN_IF_ERROR(model.Check(cp.cache).WithPrefix(where));
+    KV_RETURN_IF_ERROR(CheckLeafTokens(cp.cache, cp.tokens).WithPrefix("shared tier: " + where));
   }
   auto copy = [](const PromptCache& c) {
     PromptCache out;
