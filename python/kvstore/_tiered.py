@@ -10,6 +10,7 @@ import weakref
 from . import _kvstore
 from ._mlx_bridge import caches_from_layers, layers_from_caches
 from ._model_id import model_id
+from ._model_structures import StoredStructures
 
 log = logging.getLogger("kvstore")
 
@@ -68,9 +69,14 @@ class TieredPromptCache:
     The persistent tiers key every entry by a model fingerprint: the model key's stable
     name plus the structure of the caches the model produces (class, dtype, KV heads,
     head dims, quantization, window per layer). The structure is learned from this
-    process's inserts for that model, or declared with ``register_model``; until it is
-    known, the persistent tiers miss for that model, and entries written for another
-    structure (``--kv-bits``, ``--max-kv-size``, other weights) are refused, never served.
+    process's inserts for that model, or declared with ``register_model``; with a
+    directory, the structure last learned is kept there (``kvstore-models.json``), so a
+    restarted server serves its old prefixes from its first request. Entries written for
+    another structure than the one in use are refused, never served; new weights at the
+    same path are another model. A server restarted with other cache options
+    (``--kv-bits``, ``--max-kv-size``) should call ``register_model`` before serving:
+    until its first insert it would otherwise be served the previous structure's caches
+    (the K/V of the same weights and tokens, in the previous cache classes).
 
     Every method is thread-safe. MLX itself binds arrays to the stream of the thread that
     made them (MLX 0.32 raises "There is no Stream(cpu, 0) in current thread"
@@ -89,10 +95,11 @@ class TieredPromptCache:
         self._fingerprints = {}  # stable name -> the ModelFingerprint the model produces now
         self._unknown_model_misses = 0
         self._chunk_tokens = redis_chunk_tokens
-        self._disk = self._shared = self._writer = None
+        self._disk = self._shared = self._writer = self._stored_structures = None
         tiers = []
         if directory is not None:
             self._disk = _kvstore.DiskStore(os.fspath(directory), min(disk_bytes, _INT64_MAX))
+            self._stored_structures = StoredStructures(directory)
             tiers.append(("disk", self._disk.put))
         if redis is not None:
             try:
@@ -228,6 +235,8 @@ class TieredPromptCache:
             return None
         with self._lock:
             self._fingerprints[name] = fingerprint
+        if self._stored_structures is not None:
+            self._stored_structures.remember(name, fingerprint)
         return fingerprint, layers
 
     def _fetch_persistent(self, model, tokens):
@@ -237,10 +246,13 @@ class TieredPromptCache:
         name = self._model_id(model)
         with self._lock:
             fingerprint = self._fingerprints.get(name) if name is not None else None
-            if fingerprint is None:
-                self._unknown_model_misses += 1
+        if fingerprint is None and name is not None and self._stored_structures is not None:
+            # What the model made when it last inserted (before a restart).
+            fingerprint = self._stored_structures.get(name)
         if fingerprint is None:
-            return None, tokens  # nothing says what this model's caches look like now
+            with self._lock:
+                self._unknown_model_misses += 1
+            return None, tokens  # nothing says what this model's caches look like
         tokens_list = list(tokens)
         best = _ask("disk", lambda: disk.fetch(fingerprint, tokens_list)) if disk is not None else None
         have = best[0] if best else 0

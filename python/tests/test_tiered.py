@@ -1,5 +1,6 @@
 """TieredPromptCache against mlx-lm's own LRUPromptCache (mlx-ref), plus its disk tier."""
 
+import json
 import os
 import random
 import subprocess
@@ -147,9 +148,6 @@ def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache
     # Restarted with --kv-bits or --max-kv-size: the model now makes other caches.
     for kind in ("quantized", "rotating"):
         with TieredPromptCache(directory=store) as restarted:
-            got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1])
-            assert got is None and rest == prompts[-1]  # nothing says what the model makes yet
-            assert restarted.disk_stats()["unknown_model_misses"] == 1
             restarted.register_model(MODEL, make_cache(mlx_cache, mx, [1], kind))
             for p in prompts:
                 got, rest = restarted.fetch_nearest_cache(MODEL, p + [99])
@@ -171,6 +169,41 @@ def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache
         restarted.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
         got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1] + [99])
         assert rest == [99] and state_of(got) == state_of(make_cache(mlx_cache, mx, prompts[-1], "kv"))
+
+
+def test_a_restart_serves_old_prefixes_from_the_first_request(mlx_cache, mx, tmp_path):
+    # The plain drop-in: nothing but fetch/insert, and a new process on the same directory.
+    store = tmp_path / "store"
+    prompts = [list(range(1, n)) for n in (5, 8, 12)]
+    with TieredPromptCache(directory=store) as cache:
+        for p in prompts:
+            cache.insert_cache(MODEL, p, make_cache(mlx_cache, mx, p, "kv"))
+    assert (store / "kvstore-models.json").exists()
+    with TieredPromptCache(directory=store) as restarted:
+        got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1] + [99])
+        assert rest == [99] and state_of(got) == state_of(make_cache(mlx_cache, mx, prompts[-1], "kv"))
+        assert restarted.disk_stats()["unknown_model_misses"] == 0
+        # Another model key has no stored structure: a counted miss.
+        got, rest = restarted.fetch_nearest_cache(("other-model", None, None), prompts[-1])
+        assert got is None and restarted.disk_stats()["unknown_model_misses"] == 1
+
+    # A broken or hostile models file is ignored: misses, never an exception.
+    for text in (b"{not json", b'{"version": 1, "models": {"x": "{}"}}', b"[]", b"\xff" * 100):
+        (store / "kvstore-models.json").write_bytes(text)
+        with TieredPromptCache(directory=store) as restarted:
+            got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1])
+            assert got is None and rest == prompts[-1]
+
+    # A structure stored for one model name is never used for another.
+    with TieredPromptCache(directory=store) as cache:
+        cache.insert_cache(MODEL, prompts[0], make_cache(mlx_cache, mx, prompts[0], "kv"))
+    doc = json.loads((store / "kvstore-models.json").read_text())
+    (name, fp_json), = doc["models"].items()
+    doc["models"] = {name + "-renamed": fp_json}
+    (store / "kvstore-models.json").write_text(json.dumps(doc))
+    with TieredPromptCache(directory=store) as restarted:
+        got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1])
+        assert got is None and rest == prompts[-1]
 
 
 def test_new_weights_at_the_same_path_are_another_model(mlx_cache, mx, tmp_path):

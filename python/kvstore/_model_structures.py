@@ -1,0 +1,90 @@
+"""What each model's caches looked like when it last inserted, kept in the disk tier's
+directory so that a restarted server serves its old prefixes from its first request.
+
+mlx_lm.server passes only a model key to ``fetch_nearest_cache``; the structure of the
+caches the model makes (classes, dtypes, heads, quantization, windows) is learned from
+its inserts. Without this file a restarted process would know nothing until its first
+insert, and every fetch before it would miss.
+
+The file is a hint: a hostile or broken one is ignored (logged), and every entry the disk
+tier serves is still checked against the fingerprint used. A process that knows better
+(an insert of its own, or ``register_model``) overrides it.
+"""
+
+import json
+import logging
+import os
+import threading
+
+from . import _kvstore
+
+log = logging.getLogger("kvstore")
+
+FILE_NAME = "kvstore-models.json"
+_VERSION = 1
+_MAX_FILE_BYTES = 16 << 20
+
+
+class StoredStructures:
+    def __init__(self, directory):
+        self._path = os.path.join(os.fspath(directory), FILE_NAME)
+        self._lock = threading.Lock()
+        self._by_name = self._read()
+
+    def get(self, name):
+        """The last fingerprint stored for the model named ``name``, or None."""
+        with self._lock:
+            return self._by_name.get(name)
+
+    def remember(self, name, fingerprint):
+        """Record ``fingerprint`` as what ``name`` makes now; writes the file (atomically)
+        only when that changes what it says."""
+        with self._lock:
+            current = self._by_name.get(name)
+            if current is not None and current == fingerprint:
+                return
+            self._by_name[name] = fingerprint
+            try:
+                self._write()
+            except OSError as e:
+                log.warning("kvstore: cannot record the cache structure in %s: %s", self._path, e)
+
+    def _read(self):
+        try:
+            with open(self._path, "rb") as f:
+                text = f.read(_MAX_FILE_BYTES + 1)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            log.warning("kvstore: ignoring %s: %s", self._path, e)
+            return {}
+        try:
+            if len(text) > _MAX_FILE_BYTES:
+                raise ValueError("larger than %d bytes" % _MAX_FILE_BYTES)
+            doc = json.loads(text)
+            if not isinstance(doc, dict) or doc.get("version") != _VERSION or not isinstance(doc.get("models"), dict):
+                raise ValueError("not a version %d models file" % _VERSION)
+            out = {}
+            for name, fp_json in doc["models"].items():
+                fingerprint = _kvstore.ModelFingerprint.from_json(fp_json)
+                if fingerprint.model_id != name:
+                    raise ValueError("the fingerprint stored for %r names %r" % (name, fingerprint.model_id))
+                out[name] = fingerprint
+            return out
+        except Exception as e:  # a hint only: never fail the server over it
+            log.warning("kvstore: ignoring %s: %s", self._path, e)
+            return {}
+
+    def _write(self):
+        doc = {"version": _VERSION, "models": {name: fp.json for name, fp in sorted(self._by_name.items())}}
+        tmp = "%s.kvtmp-%d-models" % (self._path, os.getpid())
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path)
+        fd = os.open(os.path.dirname(self._path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
