@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kvstore/kv_cache.h"
+#include "libkvstore/util/ordered_pipeline.h"
 #include "libkvstore/util/parallel.h"
 #include "shared_tier_testutil.h"
 
@@ -115,6 +116,12 @@ TEST(TaskPoolTest, WithoutThreadsEverythingRunsInline) {
               if (sum != 45 || pool.Submit<int>([] { return 7; }).Get() != 7) return 4;
               std::atomic<int> n{0};
               if (!ParallelFor(10, 4, [&](size_t) { return ++n, Status::OK(); }).ok() || n != 10) return 5;
+              // File conversions' produce-ahead pipeline: in order, on this thread.
+              std::vector<size_t> order;
+              Status piped = OrderedPipeline<size_t>(
+                  6, 2, 3, [](size_t i) -> Result<size_t> { return i * 10; },
+                  [&](size_t i, size_t& item) { return order.push_back(item + i), Status::OK(); });
+              if (!piped.ok() || order != std::vector<size_t>{0, 11, 22, 33, 44, 55}) return 6;
               return 0;
             }),
             0);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -44,7 +45,22 @@ Status OrderedPipeline(size_t n, int threads, size_t window, const std::function
     }
   };
   std::vector<std::thread> workers;
-  for (int t = 0; t < threads && static_cast<size_t>(t) < n; ++t) workers.emplace_back(work);
+  for (int t = 0; t < threads && static_cast<size_t>(t) < n; ++t) {
+    try {
+      workers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the ones started do the work
+    }
+  }
+  if (workers.empty()) {
+    // Not one thread could start: produce and consume in turn on this one.
+    for (size_t i = 0; i < n; ++i) {
+      Result<T> item = produce(i);
+      if (!item.ok()) return item.status();
+      KV_RETURN_IF_ERROR(consume(i, *item));
+    }
+    return Status::OK();
+  }
   Status status;
   for (size_t i = 0; i < n && status.ok(); ++i) {
     std::unique_lock<std::mutex> lock(mu);
