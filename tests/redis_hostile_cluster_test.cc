@@ -181,26 +181,31 @@ TEST(RedisHostileServer, TooManyMastersFailOpen) {
 // keep failing fast, instead of all of them connecting at once.
 TEST(RedisHostileServer, OneCallReconnectsAfterTheBackoffWindow) {
   std::atomic<int> auths{0}, gets{0};
+  std::atomic<bool> release_auth{true};  // held only for the callers below
   FakeRedisServer server([&](const std::vector<std::string>& c) -> std::string {
     if (c[0] == "CLUSTER") return kNotCluster;
     if (c[0] == "AUTH") {
       ++auths;
-      // A slow reconnect: long enough for every caller to arrive meanwhile,
-      // even on a loaded machine.
-      std::this_thread::sleep_for(milliseconds(400));
+      // A slow reconnect, held until every other caller has failed fast
+      // (or 1.5 s), so a loaded machine cannot let a caller arrive late.
+      const auto until = std::chrono::steady_clock::now() + milliseconds(1500);
+      while (!release_auth && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
       return "+OK\r\n";
     }
     return gets++ == 0 ? FakeRedisServer::kClose : "$2\r\nok\r\n";
   });
   RedisOptions o = Options(server);
   o.url = "redis://u:secret@127.0.0.1:" + std::to_string(server.port());
-  o.command_timeout = milliseconds(1000);
+  o.command_timeout = milliseconds(3000);
   ASSERT_OK_AND_ASSIGN(auto backend, OpenRedisBackend(o));
   std::vector<std::string> keys = {"k"};
   EXPECT_THAT(backend->Get(keys), HasCode(StatusCode::kIOError, "closed"));  // opens the window
   std::this_thread::sleep_for(milliseconds(30));
   const int auths_before = auths;
   const uint64_t fast_before = backend->Stats().fast_failures;
+  release_auth = false;
 
   constexpr int kCallers = 8;
   std::latch start(kCallers);
@@ -217,6 +222,12 @@ TEST(RedisHostileServer, OneCallReconnectsAfterTheBackoffWindow) {
       }
     });
   }
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(1500);
+  while (backend->Stats().fast_failures - fast_before < uint64_t{kCallers - 1} &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  release_auth = true;
   for (std::thread& t : callers) t.join();
   EXPECT_EQ(auths - auths_before, 1);
   EXPECT_EQ(succeeded, 1);

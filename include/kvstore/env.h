@@ -105,7 +105,8 @@ class Env {
   // that another program rewrites in place (llama-server truncates and
   // rewrites its slot files), where a mapping could see a mix of old and new
   // bytes, or fault (SIGBUS) when the file shrinks. IOError when the file
-  // keeps changing while it is read. The default copies OpenReadable's bytes.
+  // keeps changing while it is read, ResourceExhausted when it does not fit
+  // in memory. The default copies OpenReadable's bytes.
   virtual Result<std::shared_ptr<const ReadableFile>> ReadIntoMemory(const std::string& path);
   // Creates or truncates `path` for writing; NotFound when its directory
   // does not exist (the in-memory Env creates directories implicitly).

@@ -78,12 +78,12 @@ std::shared_ptr<TaskPool::Task> TaskPool::Post(std::function<void()> fn) {
   return task;
 }
 
-void TaskPool::RunOrWait(Task& task) {
+std::exception_ptr TaskPool::RunOrWait(Task& task) {
   if (!task.TryRun()) {
     std::unique_lock<std::mutex> l(task.mu);
     task.cv.wait(l, [&] { return task.done; });
   }
-  if (task.error) std::rethrow_exception(std::exchange(task.error, nullptr));
+  return std::exchange(task.error, nullptr);
 }
 
 Status TaskPool::ParallelFor(size_t n, int parallelism, const std::function<Status(size_t)>& fn) {

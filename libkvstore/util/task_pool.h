@@ -14,11 +14,14 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "kvstore/status.h"
@@ -53,16 +56,18 @@ class TaskPool {
     Pending() = default;
     Pending(Pending&&) = default;
     Pending& operator=(Pending&& other) {
-      Wait();
+      Wait(/*rethrow=*/false);
       task_ = std::move(other.task_);
       result_ = std::move(other.result_);
       return *this;
     }
-    ~Pending() { Wait(); }
+    // Waits; an exception of a task nobody asked for is dropped (a
+    // destructor must not throw: the shared tier abandons read-ahead).
+    ~Pending() { Wait(/*rethrow=*/false); }
     bool valid() const { return task_ != nullptr; }
     // REQUIRES: valid(). Once.
     T Get() {
-      Wait();
+      Wait(/*rethrow=*/true);
       T out = std::move(**result_);
       result_.reset();
       return out;
@@ -70,19 +75,34 @@ class TaskPool {
 
    private:
     friend class TaskPool;
-    void Wait() {
-      if (task_ != nullptr) TaskPool::RunOrWait(*task_);
+    void Wait(bool rethrow) {
+      std::exception_ptr error;
+      if (task_ != nullptr) error = TaskPool::RunOrWait(*task_);
       task_.reset();
+      if (error && rethrow) std::rethrow_exception(error);
     }
     std::shared_ptr<Task> task_;
     std::shared_ptr<std::optional<T>> result_;
   };
 
+  // When T holds a Status (Status, Result<U>), an exception thrown by fn
+  // (std::bad_alloc building a batch) becomes an error value, so nothing
+  // is thrown through the library's API.
   template <typename T>
   Pending<T> Submit(std::function<T()> fn) {
     Pending<T> out;
     out.result_ = std::make_shared<std::optional<T>>();
-    out.task_ = Post([fn = std::move(fn), result = out.result_] { result->emplace(fn()); });
+    out.task_ = Post([fn = std::move(fn), result = out.result_] {
+      if constexpr (std::is_constructible_v<T, Status>) {
+        try {
+          result->emplace(fn());
+        } catch (const std::exception& e) {
+          result->emplace(Status::ResourceExhausted(std::string("task: ") + e.what()));
+        }
+      } else {
+        result->emplace(fn());
+      }
+    });
     return out;
   }
 
@@ -90,7 +110,8 @@ class TaskPool {
   // Queues `fn` for a worker (not when there is none) and returns its task.
   std::shared_ptr<Task> Post(std::function<void()> fn);
   // Runs the task here unless a worker has claimed it; then waits for it.
-  static void RunOrWait(Task& task);
+  // Returns (and clears) what the task threw, if anything.
+  static std::exception_ptr RunOrWait(Task& task);
   void WorkerLoop();
 
   std::mutex mu_;

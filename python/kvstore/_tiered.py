@@ -23,17 +23,29 @@ class _TierWriter:
     def __init__(self, tiers, max_pending=8):
         self._tiers = tiers  # [(name, tier with put(model, tokens, layers))]
         self._queue = queue.Queue(maxsize=max_pending)
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kvstore-tier-writer", daemon=True)
         self._thread.start()
 
     def submit(self, model, tokens, layers):
-        self._queue.put((model, tokens, layers))  # blocks while max_pending writes wait
+        # Blocks while max_pending writes wait; after close() (another thread, or
+        # interpreter exit) the write is dropped instead of waiting for ever.
+        while not self._closed.is_set():
+            try:
+                self._queue.put((model, tokens, layers), timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        log.warning("kvstore: a persistent-tier write after close() was dropped")
 
     def flush(self):
         self._queue.join()
 
     def close(self):
-        self._queue.put(None)
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._queue.put(None)  # the writer drains what was queued before it
         self._thread.join()
 
     def _run(self):
@@ -145,12 +157,13 @@ class TieredPromptCache:
         trimmable = [bool(c.is_trimmable()) for c in prompt_cache]
         with self._lock:
             self._memory.insert(self._memory_key(model), tokens, prompt_cache, nbytes, trimmable, cache_type)
-        if self._writer is None or len(tokens) == 0:
+        writer = self._writer  # once: close() on another thread may clear it
+        if writer is None or len(tokens) == 0:
             return  # the persistent tiers serve no empty prefix
         found = self._fingerprint_of(model, prompt_cache)
         if found is not None:
             fingerprint, layers = found
-            self._writer.submit(fingerprint, list(tokens), layers)
+            writer.submit(fingerprint, list(tokens), layers)
 
     def trim_to(self, *, n_sequences=None, n_bytes=None):
         """Evict from memory until at most n_sequences entries and n_bytes remain."""
@@ -192,8 +205,9 @@ class TieredPromptCache:
 
     def flush(self):
         """Wait until every insert so far is in the persistent tiers."""
-        if self._writer is not None:
-            self._writer.flush()
+        writer = self._writer
+        if writer is not None:
+            writer.flush()
 
     def close(self):
         """Flush pending writes and release the directory and connections. Idempotent."""

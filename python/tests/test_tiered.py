@@ -356,3 +356,26 @@ def test_interface_details(mlx_cache, mx, tmp_path):
 
     assert model_id(("a", None, None)) == 'kvstore-model/2:["a",null,null]'
     assert model_id(other_model) is None
+
+
+def test_writes_after_close_are_dropped_never_raised_or_blocked(mlx_cache, mx, tmp_path):
+    # close() may run on another thread (or at interpreter exit) while the model thread
+    # still inserts: an insert then stays in memory, and a write reaching the closed
+    # writer is dropped instead of blocking on a queue nobody reads.
+    import threading
+
+    cache = TieredPromptCache(directory=tmp_path / "store")
+    writer = cache._writer
+    cache.close()
+    done = threading.Event()
+
+    def late_writes():
+        for i in range(20):  # more than the writer's queue holds
+            writer.submit(None, [i], [])
+        done.set()
+
+    threading.Thread(target=late_writes, daemon=True).start()
+    assert done.wait(10), "a write after close() blocked"
+    cache.insert_cache(MODEL, [1, 2, 3], make_cache(mlx_cache, mx, [1, 2, 3], "kv"))
+    got, rest = cache.fetch_nearest_cache(MODEL, [1, 2, 3])
+    assert got is not None and rest == []
