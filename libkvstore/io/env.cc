@@ -6,8 +6,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <new>
-#include <string>
 
 #include "libkvstore/io/memory_file.h"
 
@@ -38,13 +36,7 @@ int64_t Env::ProcessId() { return getpid(); }
 
 Result<std::shared_ptr<const ReadableFile>> Env::ReadIntoMemory(const std::string& path) {
   KV_ASSIGN_OR_RETURN(std::shared_ptr<const ReadableFile> file, OpenReadable(path));
-  std::shared_ptr<Storage> copy;
-  try {
-    copy = Storage::AllocateUninitialized(file->size());
-  } catch (const std::bad_alloc&) {
-    return Status::ResourceExhausted("read '" + path + "': cannot allocate " + std::to_string(file->size()) +
-                                     " bytes to hold the file");
-  }
+  KV_ASSIGN_OR_RETURN(std::shared_ptr<Storage> copy, AllocateFileCopy(path, file->size()));
   if (file->size() > 0) std::memcpy(copy->mutable_data(), file->data().data(), file->size());
   return std::shared_ptr<const ReadableFile>(std::make_shared<MemoryFile>(path, std::move(copy)));
 }

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <new>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -232,13 +231,7 @@ Result<std::shared_ptr<const ReadableFile>> ReadPosixIntoMemory(const std::strin
     if (fstat(fd.get(), &before) != 0) return PosixError("fstat", path, errno);
     if (!S_ISREG(before.st_mode)) return Status::IOError("open '" + path + "': not a regular file");
     const size_t size = static_cast<size_t>(before.st_size);
-    std::shared_ptr<Storage> storage;
-    try {
-      storage = Storage::AllocateUninitialized(size);
-    } catch (const std::bad_alloc&) {
-      return Status::ResourceExhausted("read '" + path + "': cannot allocate " + std::to_string(size) +
-                                       " bytes to hold the file");
-    }
+    KV_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, AllocateFileCopy(path, size));
     size_t got = 0;
     while (got < size) {
       ssize_t n = RetryOnEintr(

@@ -138,12 +138,18 @@ def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path)
         assert hits >= len(inserted) // 2  # the disk budget keeps most of them
 
 
-def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache, mx, tmp_path):
+def store_kv_prompts(mlx_cache, mx, tmp_path):
+    """(directory, prompts): three KVCache prompts of MODEL written by a closed process."""
     store = tmp_path / "store"
     prompts = [list(range(1, n)) for n in (5, 8, 12)]
     with TieredPromptCache(directory=store) as cache:
         for p in prompts:
             cache.insert_cache(MODEL, p, make_cache(mlx_cache, mx, p, "kv"))
+    return store, prompts
+
+
+def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache, mx, tmp_path):
+    store, prompts = store_kv_prompts(mlx_cache, mx, tmp_path)
 
     # Restarted with --kv-bits or --max-kv-size: the model now makes other caches.
     for kind in ("quantized", "rotating"):
@@ -173,11 +179,7 @@ def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache
 
 def test_a_restart_serves_old_prefixes_from_the_first_request(mlx_cache, mx, tmp_path):
     # The plain drop-in: nothing but fetch/insert, and a new process on the same directory.
-    store = tmp_path / "store"
-    prompts = [list(range(1, n)) for n in (5, 8, 12)]
-    with TieredPromptCache(directory=store) as cache:
-        for p in prompts:
-            cache.insert_cache(MODEL, p, make_cache(mlx_cache, mx, p, "kv"))
+    store, prompts = store_kv_prompts(mlx_cache, mx, tmp_path)
     assert (store / "kvstore-models.json").exists()
     with TieredPromptCache(directory=store) as restarted:
         got, rest = restarted.fetch_nearest_cache(MODEL, prompts[-1] + [99])
