@@ -4,7 +4,7 @@
 // claims is dropped.
 #include "kvstore/prompt_cache_store.h"
 
-#include "libkvstore/reuse/store_format.h"
+#include "libkvstore/tiers/store_format.h"
 #include "prompt_cache_store_testutil.h"
 
 namespace kvstore {

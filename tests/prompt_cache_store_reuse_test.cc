@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "kvstore/arrays_cache.h"
-#include "libkvstore/reuse/store_format.h"
+#include "libkvstore/tiers/store_format.h"
 #include "prompt_cache_store_testutil.h"
 
 namespace kvstore {

@@ -7,7 +7,7 @@
 #include "kvstore/batch_kv_cache.h"
 #include "kvstore/kv_cache.h"
 #include "kvstore/prompt_cache_bytes.h"
-#include "libkvstore/reuse/chunk_keys.h"
+#include "libkvstore/shared_tier/chunk_keys.h"
 #include "shared_tier_testutil.h"
 
 namespace kvstore {

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "kvstore/kv_cache.h"
-#include "libkvstore/reuse/chunk_keys.h"
+#include "libkvstore/shared_tier/chunk_keys.h"
 #include "shared_tier_testutil.h"
 
 namespace kvstore {

@@ -3,7 +3,7 @@
 #include "kvstore/kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "kvstore/server_prompt_cache.h"
-#include "libkvstore/reuse/chunk_codec.h"
+#include "libkvstore/shared_tier/chunk_codec.h"
 #include "shared_tier_testutil.h"
 
 namespace kvstore {

@@ -1,9 +1,9 @@
 // The disk tier's internals: its index never serves a key on a hash match
 // alone, and its on-disk names, metadata and manifest lines parse strictly.
-#include "libkvstore/reuse/store_index.h"
+#include "libkvstore/tiers/store_index.h"
 
-#include "libkvstore/reuse/prefix_hash.h"
-#include "libkvstore/reuse/store_format.h"
+#include "libkvstore/tiers/prefix_hash.h"
+#include "libkvstore/tiers/store_format.h"
 #include "testutil.h"
 
 namespace kvstore {

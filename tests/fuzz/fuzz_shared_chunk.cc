@@ -7,7 +7,7 @@
 
 #include "kvstore/arrays_cache.h"
 #include "kvstore/rotating_kv_cache.h"
-#include "libkvstore/reuse/chunk_codec.h"
+#include "libkvstore/shared_tier/chunk_codec.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "libkvstore/reuse/store_format.h"
+#include "libkvstore/tiers/store_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -1,0 +1,234 @@
+// ModelFingerprint: derivation from caches, validation of declared specs,
+// and the first difference between two fingerprints.
+#include "kvstore/model_fingerprint.h"
+
+#include "kvstore/cache_list.h"
+#include "kvstore/chunked_kv_cache.h"
+#include "kvstore/quantize.h"
+#include "kvstore/quantized_kv_cache.h"
+#include "kvstore/rotating_kv_cache.h"
+#include "kvstore/batch_rotating_kv_cache.h"
+#include "libkvstore/integrity/sha256.h"
+#include "libkvstore/fingerprint/fingerprint_internal.h"
+
+namespace kvstore {
+namespace {
+
+bool IsPlainAttention(std::string_view cls) {
+  return cls == "KVCache" || cls == "ConcatenateKVCache" || cls == "ChunkedKVCache" || cls == "RotatingKVCache" ||
+         cls == "BatchKVCache" || cls == "BatchRotatingKVCache";
+}
+
+Status Unknowable(const Cache& cache, const std::string& why) {
+  return Status::NotSupported(std::string(cache.class_name()) + " " + why + ": its shapes are unknown");
+}
+
+// Keys/values [B, H, S, D] of a state whose first two entries are arrays.
+Status AttentionDims(const Cache& cache, const CacheState& state, CacheSpec& spec) {
+  if (state.size() < 2 || !state[0].is_array() || !state[1].is_array() || state[0].array().ndim() != 4 ||
+      state[1].array().ndim() != 4) {
+    return Unknowable(cache, "has no [B, H, S, D] keys and values");
+  }
+  spec.dtype = state[0].array().dtype();
+  spec.kv_heads = state[0].array().dim(1);
+  spec.k_head_dim = state[0].array().dim(3);
+  spec.v_head_dim = state[1].array().dim(3);
+  return Status::OK();
+}
+
+Status QuantizedDims(const QuantizedKVCache& q, const CacheState& state, CacheSpec& spec) {
+  auto part = [&](size_t i) -> const CacheState& { return state[i]; };
+  if (state.size() != 2 || part(0).size() != 3 || part(1).size() != 3 || !part(0)[1].is_array() ||
+      !part(0)[0].is_array() || !part(1)[1].is_array() || part(0)[1].array().ndim() != 4 ||
+      part(1)[1].array().ndim() != 4) {
+    return Unknowable(q, "has no quantized [B, H, S, D] triples");
+  }
+  spec.group_size = q.group_size();
+  spec.bits = q.bits();
+  spec.dtype = part(0)[1].array().dtype();
+  spec.kv_heads = part(0)[0].array().dim(1);
+  spec.k_head_dim = part(0)[1].array().dim(3) * q.group_size();
+  spec.v_head_dim = part(1)[1].array().dim(3) * q.group_size();
+  return Status::OK();
+}
+
+Status SlotsOf(const Cache& cache, const CacheState& state, CacheSpec& spec) {
+  if (state.size() < 1 || !state[0].is_list()) return Unknowable(cache, "has no slot list");
+  for (size_t i = 0; i < state[0].size(); ++i) {
+    const CacheState& slot = state[0][i];
+    if (!slot.is_array() || slot.array().ndim() < 1) return Unknowable(cache, "slot " + std::to_string(i) + " is None");
+    const Shape& shape = slot.array().shape();
+    spec.slots.push_back(SlotSpec{slot.array().dtype(), Shape(shape.begin() + 1, shape.end())});
+  }
+  return Status::OK();
+}
+
+// Sets `out` to the first field that differs.
+void Mismatch(std::string_view what, int64_t a, int64_t b, const std::string& where, std::string& out) {
+  if (a != b && out.empty()) out = where + ": " + std::string(what) + " " + std::to_string(a) + " != " + std::to_string(b);
+}
+
+void Diff(const CacheSpec& a, const CacheSpec& b, const std::string& where_prefix, std::string& out) {
+  const std::string where = where_prefix + " (" + a.class_name + ")";
+  if (a.class_name != b.class_name) {
+    out = where_prefix + ": class " + a.class_name + " != " + b.class_name;
+    return;
+  }
+  if (a.dtype != b.dtype && (IsPlainAttention(a.class_name) || a.class_name == "QuantizedKVCache")) {
+    out = where + ": dtype " + std::string(DTypeName(a.dtype)) + " != " + std::string(DTypeName(b.dtype));
+    return;
+  }
+  Mismatch("kv_heads", a.kv_heads, b.kv_heads, where, out);
+  Mismatch("k_head_dim", a.k_head_dim, b.k_head_dim, where, out);
+  Mismatch("v_head_dim", a.v_head_dim, b.v_head_dim, where, out);
+  Mismatch("bits", a.bits, b.bits, where, out);
+  Mismatch("group_size", a.group_size, b.group_size, where, out);
+  Mismatch("max_size", a.max_size, b.max_size, where, out);
+  Mismatch("keep", a.keep, b.keep, where, out);
+  Mismatch("chunk_size", a.chunk_size, b.chunk_size, where, out);
+  Mismatch("slot count", static_cast<int64_t>(a.slots.size()), static_cast<int64_t>(b.slots.size()), where, out);
+  for (size_t i = 0; out.empty() && i < a.slots.size(); ++i) {
+    const SlotSpec& x = a.slots[i];
+    const SlotSpec& y = b.slots[i];
+    if (x.dtype != y.dtype || x.shape != y.shape) {
+      out = where + ": slot " + std::to_string(i) + " " + std::string(DTypeName(x.dtype)) + ShapeToString(x.shape) +
+            " != " + std::string(DTypeName(y.dtype)) + ShapeToString(y.shape);
+    }
+  }
+  Mismatch("child count", static_cast<int64_t>(a.children.size()), static_cast<int64_t>(b.children.size()),
+                 where, out);
+  for (size_t c = 0; out.empty() && c < a.children.size(); ++c) {
+    Diff(a.children[c], b.children[c], where_prefix + "." + std::to_string(c), out);
+  }
+}
+
+Status Need(bool ok, const std::string& where, const CacheSpec& spec, const std::string& rule) {
+  if (ok) return Status::OK();
+  return Status::InvalidArgument("model spec: " + where + " (" + spec.class_name + ") needs " + rule);
+}
+
+}  // namespace
+
+std::string CacheSpecDifference(const CacheSpec& a, const CacheSpec& b, const std::string& where) {
+  std::string out;
+  Diff(a, b, where, out);
+  return out;
+}
+
+Result<CacheSpec> SpecOfCache(const Cache& cache) {
+  CacheSpec spec;
+  spec.class_name = std::string(cache.class_name());
+  if (const auto* list = dynamic_cast<const CacheList*>(&cache)) {
+    for (size_t c = 0; c < list->num_children(); ++c) {
+      Result<CacheSpec> child = SpecOfCache(*list->child(c));
+      if (!child.ok()) return child.status().WithPrefix("child " + std::to_string(c));
+      spec.children.push_back(std::move(child).value());
+    }
+    return spec;
+  }
+  Result<CacheState> state = cache.State();
+  if (!state.ok()) return Unknowable(cache, "has no state (" + std::string(state.status().message()) + ")");
+  if (const auto* q = dynamic_cast<const QuantizedKVCache*>(&cache)) {
+    KV_RETURN_IF_ERROR(QuantizedDims(*q, *state, spec));
+  } else if (spec.class_name == "ArraysCache" || spec.class_name == "MambaCache") {
+    KV_RETURN_IF_ERROR(SlotsOf(cache, *state, spec));
+  } else if (IsPlainAttention(spec.class_name)) {
+    KV_RETURN_IF_ERROR(AttentionDims(cache, *state, spec));
+  } else {
+    return Status::NotSupported("no fingerprint rule for class " + spec.class_name);
+  }
+  if (const auto* r = dynamic_cast<const RotatingKVCache*>(&cache)) {
+    spec.max_size = r->max_size();
+    spec.keep = r->keep();
+  } else if (const auto* br = dynamic_cast<const BatchRotatingKVCache*>(&cache)) {
+    spec.max_size = br->max_size();
+  } else if (const auto* ch = dynamic_cast<const ChunkedKVCache*>(&cache)) {
+    if (!ch->chunk_size()) return Unknowable(cache, "has chunk size None");
+    spec.chunk_size = *ch->chunk_size();
+  }
+  return spec;
+}
+
+Status ValidateCacheSpec(const CacheSpec& spec, const std::string& where, int depth) {
+  const std::string& cls = spec.class_name;
+  if (depth > kMaxSpecDepth) return Status::InvalidArgument("model spec: " + where + ": CacheList nesting deeper than 8");
+  if (cls == "CacheList") {
+    for (size_t c = 0; c < spec.children.size(); ++c) {
+      KV_RETURN_IF_ERROR(ValidateCacheSpec(spec.children[c], where + "." + std::to_string(c), depth + 1));
+    }
+    return Status::OK();
+  }
+  if (cls == "ArraysCache" || cls == "MambaCache") {
+    return Need(cls != "MambaCache" || spec.slots.size() == 2, where, spec, "2 slots");
+  }
+  if (!IsPlainAttention(cls) && cls != "QuantizedKVCache") {
+    return Status::InvalidArgument("model spec: " + where + ": unknown class '" + cls + "'");
+  }
+  KV_RETURN_IF_ERROR(Need(spec.kv_heads >= 1 && spec.k_head_dim >= 1 && spec.v_head_dim >= 1, where, spec,
+                          "kv_heads, k_head_dim and v_head_dim >= 1"));
+  if (cls == "QuantizedKVCache") {
+    KV_RETURN_IF_ERROR(Need(IsSupportedQuantization(spec.bits, spec.group_size) &&
+                                spec.k_head_dim % spec.group_size == 0 && spec.v_head_dim % spec.group_size == 0,
+                            where, spec, "supported bits/group_size dividing the head dims"));
+  }
+  if (cls == "RotatingKVCache" || cls == "BatchRotatingKVCache") {
+    KV_RETURN_IF_ERROR(Need(spec.max_size >= 1 && spec.keep >= 0 && spec.keep <= spec.max_size, where, spec,
+                            "max_size >= 1 and 0 <= keep <= max_size"));
+  }
+  if (cls == "ChunkedKVCache") KV_RETURN_IF_ERROR(Need(spec.chunk_size >= 1, where, spec, "chunk_size >= 1"));
+  return Status::OK();
+}
+
+Result<ModelFingerprint> ModelFingerprint::Make(ModelSpec spec) {
+  if (spec.model_id.empty()) return Status::InvalidArgument("model spec: empty model id");
+  if (spec.layers.empty()) return Status::InvalidArgument("model spec: no layers");
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    KV_RETURN_IF_ERROR(ValidateCacheSpec(spec.layers[i], "layer " + std::to_string(i), 0));
+  }
+  auto impl = std::make_shared<Impl>();
+  Json::DumpOptions sorted;
+  sorted.sort_keys = true;
+  impl->json = ModelSpecToJson(spec).Dump(sorted);
+  impl->digest = Sha256(std::string_view(impl->json));
+  impl->spec = std::move(spec);
+  return ModelFingerprint(std::move(impl));
+}
+
+Result<ModelFingerprint> ModelFingerprint::Of(std::string model_id, const PromptCache& cache) {
+  ModelSpec spec;
+  spec.model_id = std::move(model_id);
+  for (size_t i = 0; i < cache.size(); ++i) {
+    Result<CacheSpec> layer = SpecOfCache(*cache[i]);
+    if (!layer.ok()) return layer.status().WithPrefix("layer " + std::to_string(i));
+    spec.layers.push_back(std::move(layer).value());
+  }
+  return Make(std::move(spec));
+}
+
+const ModelSpec& ModelFingerprint::spec() const { return impl_->spec; }
+const std::string& ModelFingerprint::json() const { return impl_->json; }
+const Sha256Digest& ModelFingerprint::digest() const { return impl_->digest; }
+
+std::string ModelFingerprint::DifferenceFrom(const ModelFingerprint& other) const {
+  if (digest() == other.digest()) return "";
+  const ModelSpec& a = spec();
+  const ModelSpec& b = other.spec();
+  if (a.model_id != b.model_id) return "model '" + a.model_id + "' != '" + b.model_id + "'";
+  if (a.layers.size() != b.layers.size()) {
+    return std::to_string(a.layers.size()) + " layers != " + std::to_string(b.layers.size());
+  }
+  std::string out;
+  for (size_t i = 0; out.empty() && i < a.layers.size(); ++i) {
+    out = CacheSpecDifference(a.layers[i], b.layers[i], "layer " + std::to_string(i));
+  }
+  return out.empty() ? "canonical forms differ" : out;
+}
+
+Status ModelFingerprint::Check(const PromptCache& cache) const {
+  KV_ASSIGN_OR_RETURN(ModelFingerprint got, Of(model_id(), cache));
+  const std::string diff = got.DifferenceFrom(*this);
+  if (diff.empty()) return Status::OK();
+  return Status::InvalidArgument("cache does not match the model: " + diff);
+}
+
+}  // namespace kvstore

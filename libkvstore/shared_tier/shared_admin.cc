@@ -1,0 +1,218 @@
+// Tools' view of a shared tier: namespaces, chains and single chunks.
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "kvstore/json.h"
+#include "kvstore/prompt_cache_bytes.h"
+#include "kvstore/shared_tier_admin.h"
+#include "libkvstore/format/seal.h"
+#include "libkvstore/shared_tier/chunk_codec.h"
+#include "libkvstore/fingerprint/fingerprint_internal.h"
+
+namespace kvstore {
+namespace {
+
+constexpr std::string_view kZstdMagic = "\x28\xb5\x2f\xfd";
+
+std::span<const std::byte> Bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+// The data-section size a header declares: the largest data_offsets end.
+Result<uint64_t> DeclaredDataSize(std::string_view header_json) {
+  Result<Json> j = Json::Parse(header_json);
+  if (!j.ok() || !j->is_object()) return Status::Corruption("shared tier: the value's header is not a JSON object");
+  uint64_t end = 0;
+  for (const auto& [name, t] : j->as_object()) {
+    const Json* offsets = t.is_object() ? t.Find("data_offsets") : nullptr;
+    if (offsets == nullptr || !offsets->is_array() || offsets->size() != 2) continue;
+    const std::optional<int64_t> e = AsInt64(offsets->as_array()[1]);
+    if (e && *e > 0) end = std::max(end, static_cast<uint64_t>(*e));
+  }
+  return end;
+}
+
+Result<SafetensorsHeader> HeaderOnly(KvBackend& backend, std::string_view key, const std::string& first8) {
+  const uint64_t huge = std::numeric_limits<uint64_t>::max() / 2;
+  KV_ASSIGN_OR_RETURN(uint64_t n, ParseSafetensorsHeaderSize(Bytes(first8), huge));
+  KV_ASSIGN_OR_RETURN(std::optional<std::string> prefix, backend.GetRange(key, 0, static_cast<int64_t>(8 + n)));
+  if (!prefix) return Status::NotFound("shared tier: " + std::string(key) + " vanished");
+  if (prefix->size() != 8 + n) return Status::Corruption("shared tier: " + std::string(key) + ": truncated header");
+  KV_ASSIGN_OR_RETURN(uint64_t data, DeclaredDataSize(std::string_view(*prefix).substr(8)));
+  if (data > huge) return Status::Corruption("shared tier: declared data size out of range");
+  return ParseSafetensorsHeader(Bytes(*prefix), 8 + n + data);
+}
+
+Status FillFromHeader(const SafetensorsHeader& header, SharedChunkInfo& out) {
+  Metadata user;
+  for (const auto& [k, v] : header.metadata) {
+    if (k.starts_with("1.")) user.emplace_back(k.substr(2), v);
+    if (k == "1." + std::string(kHmacKey)) out.sealed = true;
+  }
+  KV_ASSIGN_OR_RETURN(ChunkHeader h, ChunkHeaderFromMetadata(user));
+  out.snapshot = h.kind == ChunkKind::kSnapshot;
+  out.index = h.index;
+  out.chunk_tokens = h.chunk_tokens;
+  out.ns_digest = h.ns_digest;
+  out.chain = h.chain;
+  out.parent = h.parent;
+  out.writer = h.writer;
+  out.layers = h.layers;
+  for (size_t j = 0; j < h.layers.size(); ++j) {
+    std::optional<std::string_view> cls = header.FindMetadata("2." + std::to_string(j));
+    out.classes.emplace_back(cls ? *cls : "?");
+  }
+  out.tensors = header.tensors;
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view key) {
+  SharedChunkInfo out;
+  out.key = std::string(key);
+  KV_ASSIGN_OR_RETURN(std::optional<std::string> first8, backend.GetRange(key, 0, 8));
+  if (!first8) return Status::NotFound("shared tier: no key " + std::string(key));
+  if (!std::string_view(*first8).starts_with(kZstdMagic)) {
+    Result<SafetensorsHeader> header = HeaderOnly(backend, key, *first8);
+    if (!header.ok()) return header.status().WithPrefix(std::string(key));
+    KV_RETURN_IF_ERROR(FillFromHeader(*header, out).WithPrefix(std::string(key)));
+    return out;
+  }
+  const std::string keys[] = {std::string(key)};
+  KV_ASSIGN_OR_RETURN(auto values, backend.Get(keys));
+  if (!values[0]) return Status::NotFound("shared tier: no key " + std::string(key));
+  out.compressed = true;
+  out.value_bytes = values[0]->size();
+  Result<std::unique_ptr<PromptCacheReader>> reader =
+      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(*values[0])));
+  if (!reader.ok()) return reader.status().WithPrefix(std::string(key));
+  KV_RETURN_IF_ERROR(FillFromHeader((*reader)->info().header, out).WithPrefix(std::string(key)));
+  return out;
+}
+
+Status VerifySharedChunk(KvBackend& backend, std::string_view key, std::string_view secret) {
+  const std::string keys[] = {std::string(key)};
+  KV_ASSIGN_OR_RETURN(auto values, backend.Get(keys));
+  if (!values[0]) return Status::NotFound("shared tier: no key " + std::string(key));
+  Result<std::unique_ptr<PromptCacheReader>> reader =
+      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(*values[0])));
+  if (!reader.ok()) return reader.status().WithPrefix(std::string(key));
+  const PromptCacheInfo& info = (*reader)->info();
+  if (!secret.empty()) KV_RETURN_IF_ERROR(CheckSeal(info.header, secret, key).WithPrefix(std::string(key)));
+  KV_RETURN_IF_ERROR(ChunkHeaderFromMetadata(info.user_metadata).status().WithPrefix(std::string(key)));
+  KV_ASSIGN_OR_RETURN(VerifyReport report, (*reader)->Verify(1));
+  if (!report.ok()) return Status::Corruption(std::string(key) + ": digests do not match the bytes");
+  return Status::OK();
+}
+
+Result<std::vector<SharedNamespaceInfo>> ListSharedNamespaces(KvBackend& backend, std::string_view key_prefix,
+                                                              size_t limit) {
+  KV_ASSIGN_OR_RETURN(std::vector<std::string> keys, backend.Scan(NamespaceKeyPrefix(key_prefix), limit));
+  std::sort(keys.begin(), keys.end());
+  std::vector<SharedNamespaceInfo> out;
+  for (const std::string& key : keys) {
+    SharedNamespaceInfo ns;
+    ns.key = key;
+    ns.id = key.substr(NamespaceKeyPrefix(key_prefix).size());
+    const std::string get[] = {key};
+    KV_ASSIGN_OR_RETURN(auto value, backend.Get(get));
+    Result<Json> j = value[0] ? Json::Parse(*value[0]) : Result<Json>(Status::NotFound("vanished"));
+    const Json* fp = j.ok() && j->is_object() ? j->Find("fingerprint") : nullptr;
+    const Json* c = j.ok() && j->is_object() ? j->Find("chunk_tokens") : nullptr;
+    const std::optional<int64_t> chunk_tokens = c != nullptr ? AsInt64(*c) : std::nullopt;
+    if (fp != nullptr && chunk_tokens) {
+      Json::DumpOptions sorted;
+      sorted.sort_keys = true;
+      Result<ModelFingerprint> parsed = ModelFingerprint::FromJson(fp->Dump(sorted));
+      if (parsed.ok()) ns.fingerprint = *parsed;
+      if (!parsed.ok()) ns.error = std::string(parsed.status().message());
+      ns.chunk_tokens = *chunk_tokens;
+    } else {
+      ns.error = "unreadable namespace descriptor";
+    }
+    KV_ASSIGN_OR_RETURN(auto rows, backend.Scan(ChunkKeyPrefix(key_prefix, ns.id, ChunkKind::kRows), limit));
+    KV_ASSIGN_OR_RETURN(auto snaps, backend.Scan(ChunkKeyPrefix(key_prefix, ns.id, ChunkKind::kSnapshot), limit));
+    ns.chunks = static_cast<int64_t>(rows.size());
+    ns.snapshots = static_cast<int64_t>(snaps.size());
+    out.push_back(std::move(ns));
+  }
+  return out;
+}
+
+Result<std::vector<SharedChainInfo>> ListSharedChains(KvBackend& backend, std::string_view key_prefix,
+                                                      std::string_view ns_id, size_t limit) {
+  KV_ASSIGN_OR_RETURN(auto rows, backend.Scan(ChunkKeyPrefix(key_prefix, ns_id, ChunkKind::kRows), limit));
+  KV_ASSIGN_OR_RETURN(auto snaps, backend.Scan(ChunkKeyPrefix(key_prefix, ns_id, ChunkKind::kSnapshot), limit));
+  std::map<std::string, SharedChunkInfo> by_chain;
+  for (const std::string& key : rows) {
+    Result<SharedChunkInfo> info = ReadSharedChunkInfo(backend, key);
+    if (info.ok()) by_chain.emplace(info->chain, std::move(info).value());  // unreadable or vanished: skipped
+  }
+  std::map<std::string, std::vector<const SharedChunkInfo*>> children;
+  std::vector<const SharedChunkInfo*> roots;
+  for (const auto& [chain, info] : by_chain) {
+    if (info.index > 0 && by_chain.count(info.parent) > 0) {
+      children[info.parent].push_back(&info);
+    } else {
+      roots.push_back(&info);
+    }
+  }
+  std::set<std::string> snapshot_chains;
+  const size_t hash_at = ChunkKeyPrefix(key_prefix, ns_id, ChunkKind::kSnapshot).size();
+  for (const std::string& key : snaps) snapshot_chains.insert(key.substr(hash_at));
+  std::vector<SharedChainInfo> out;
+  for (const SharedChunkInfo* root : roots) {
+    SharedChainInfo chain;
+    chain.root = root->key;
+    std::set<std::string> writers;
+    // Depth-first without recursion: chains can be as deep as a prompt is long.
+    std::vector<std::pair<const SharedChunkInfo*, int64_t>> todo = {{root, 1}};
+    while (!todo.empty()) {
+      auto [c, depth] = todo.back();
+      todo.pop_back();
+      ++chain.chunks;
+      chain.longest = std::max(chain.longest, depth);
+      writers.insert(c->writer);
+      chain.snapshots += static_cast<int64_t>(snapshot_chains.count(c->chain));
+      auto it = children.find(c->chain);
+      if (it == children.end()) {
+        ++chain.leaves;
+        continue;
+      }
+      for (const SharedChunkInfo* child : it->second) todo.emplace_back(child, depth + 1);
+    }
+    chain.writers.assign(writers.begin(), writers.end());
+    out.push_back(std::move(chain));
+  }
+  std::sort(out.begin(), out.end(), [](const SharedChainInfo& a, const SharedChainInfo& b) {
+    return a.longest != b.longest ? a.longest > b.longest : a.root < b.root;
+  });
+  return out;
+}
+
+Result<std::string> ResolveSharedSecret(std::string_view flag_secret, const std::string& secret_file) {
+  if (!flag_secret.empty() && !secret_file.empty()) {
+    return Status::InvalidArgument("--secret and --secret-file: give one");
+  }
+  if (!flag_secret.empty()) return std::string(flag_secret);
+  if (secret_file.empty()) {
+    const char* env = std::getenv(std::string(kSharedSecretEnv).c_str());
+    return std::string(env != nullptr ? env : "");
+  }
+  std::ifstream in(secret_file, std::ios::binary);
+  if (!in.is_open()) return Status::IOError("cannot open --secret-file " + secret_file);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::IOError("cannot read --secret-file " + secret_file);
+  std::string secret = text.str();
+  if (secret.ends_with('\n')) secret.pop_back();
+  if (secret.ends_with('\r')) secret.pop_back();
+  if (secret.empty()) return Status::InvalidArgument("--secret-file " + secret_file + " is empty");
+  return secret;
+}
+
+}  // namespace kvstore

@@ -1,0 +1,203 @@
+// SharedPromptCache: options, namespaces, the insert queue and counters.
+// Fetching is in shared_fetch.cc, writing in shared_insert.cc.
+#include <unistd.h>
+
+#include <system_error>
+
+#include "libkvstore/cache/cache_leaves.h"
+#include "libkvstore/shared_tier/shared_tier.h"
+#include "libkvstore/util/parallel.h"
+
+namespace kvstore {
+namespace {
+
+std::string DefaultWriterId() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return std::string(host[0] != '\0' ? host : "host") + ":" + std::to_string(getpid());
+}
+
+// About the bytes of one chunk of a rows or rotating leaf.
+int64_t LeafChunkBytes(const CacheSpec& s, int64_t tokens) {
+  const int64_t dims = s.k_head_dim + s.v_head_dim;
+  if (s.class_name == "QuantizedKVCache") {
+    const int64_t scales = 2 * (dims / s.group_size) * static_cast<int64_t>(DTypeSize(s.dtype));
+    return tokens * s.kv_heads * (dims * s.bits / 8 + scales);
+  }
+  return tokens * s.kv_heads * dims * static_cast<int64_t>(DTypeSize(s.dtype));
+}
+
+}  // namespace
+
+std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(const ModelFingerprint& model) {
+  const std::string id = model.digest().ToHex();
+  std::lock_guard<std::mutex> l(ns_mu);
+  auto it = namespaces.find(id);
+  if (it != namespaces.end()) return it->second;
+  auto ns = std::make_shared<SharedNamespace>(model);
+  ns->ns = MakeChunkNamespace(model, options.chunk_tokens);
+  Result<std::vector<LeafInfo>> leaves = LeavesOf(ns->fingerprint.spec());
+  ns->supported = leaves.status();
+  if (leaves.ok()) ns->leaves = std::move(leaves).value();
+  for (const LeafInfo& leaf : ns->leaves) {
+    ns->needs_snapshots = ns->needs_snapshots || leaf.kind != LeafKind::kRows;
+    ns->has_snapshot_leaves = ns->has_snapshot_leaves || leaf.kind == LeafKind::kSnapshot;
+    if (leaf.kind != LeafKind::kSnapshot) ns->chunk_bytes += LeafChunkBytes(*leaf.spec, options.chunk_tokens);
+  }
+  namespaces.emplace(id, ns);
+  return ns;
+}
+
+void SharedPromptCache::Impl::Refused(const std::string& key, const std::string& value, ChunkFault fault,
+                                      const Status& why) {
+  Add(fault == ChunkFault::kForged       ? &Stats::forged
+      : fault == ChunkFault::kMismatched ? &Stats::mismatched
+                                         : &Stats::corrupt);
+  {
+    std::lock_guard<std::mutex> l(stats_mu);
+    stats.last_refusal = std::string(why.message());
+  }
+  Result<bool> deleted = options.backend->DeleteIfEquals(key, value);
+  if (!deleted.ok()) {
+    Add(&Stats::backend_errors);
+  } else {
+    Add(*deleted ? &Stats::deleted : &Stats::replaced_before_delete);
+  }
+}
+
+void SharedPromptCache::Impl::WriterLoop() {
+  while (true) {
+    std::unique_lock<std::mutex> l(queue_mu);
+    queue_cv.wait(l, [&] { return closing || !queue.empty(); });
+    if (queue.empty()) return;
+    InsertJob job = std::move(queue.front());
+    queue.pop_front();
+    ++running;
+    l.unlock();
+    if (!Write(job).ok()) Add(&Stats::insert_errors);
+    job = InsertJob();  // release the copies before reporting progress
+    l.lock();
+    --running;
+    l.unlock();
+    queue_cv.notify_all();
+  }
+}
+
+SharedPromptCache::SharedPromptCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SharedPromptCache::~SharedPromptCache() {
+  {
+    std::lock_guard<std::mutex> l(impl_->queue_mu);
+    impl_->closing = true;
+    impl_->Add(&Stats::inserts_dropped, static_cast<int64_t>(impl_->queue.size()));
+    impl_->queue.clear();
+  }
+  impl_->queue_cv.notify_all();
+  for (std::thread& t : impl_->writers) t.join();
+}
+
+Result<std::unique_ptr<SharedPromptCache>> SharedPromptCache::Open(SharedPromptCacheOptions options) {
+  if (options.backend == nullptr) return Status::InvalidArgument("shared tier: no backend");
+  if (options.chunk_tokens < 1) return Status::InvalidArgument("shared tier: chunk_tokens must be >= 1");
+  if (options.writer_threads < 1) return Status::InvalidArgument("shared tier: writer_threads must be >= 1");
+  if (options.key_prefix.empty()) return Status::InvalidArgument("shared tier: empty key prefix");
+  if (options.writer_id.empty()) options.writer_id = DefaultWriterId();
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  // One worker per codec thread, and one more for the backend call that
+  // overlaps the coding; fewer if the system refuses (then calls run inline).
+  const int codec = impl->options.codec_threads > 0 ? impl->options.codec_threads : DefaultThreads();
+  impl->pool = std::make_unique<TaskPool>(codec + 1);
+  auto cache = std::unique_ptr<SharedPromptCache>(new SharedPromptCache(std::move(impl)));
+  if (cache->impl_->options.async_insert) {
+    Impl* p = cache->impl_.get();
+    for (int i = 0; i < p->options.writer_threads; ++i) {
+      try {
+        p->writers.emplace_back([p] { p->WriterLoop(); });
+      } catch (const std::system_error& e) {
+        if (!p->writers.empty()) break;  // fewer writers
+        return Status::ResourceExhausted(std::string("shared tier: cannot start a writer thread: ") + e.what());
+      }
+    }
+  }
+  return cache;
+}
+
+Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Fetch(const ModelFingerprint& model,
+                                                                       std::span<const int32_t> tokens,
+                                                                       int64_t min_tokens) {
+  impl_->Add(&Stats::fetches);
+  std::shared_ptr<const SharedNamespace> ns = impl_->NamespaceFor(model);
+  if (!ns->supported.ok()) {
+    impl_->Add(&Stats::unsupported);
+    return std::optional<Hit>();
+  }
+  return impl_->Fetch(*ns, tokens, min_tokens);
+}
+
+Status SharedPromptCache::Insert(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                 const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
+  impl_->Add(&Stats::inserts);
+  std::shared_ptr<const SharedNamespace> ns = impl_->NamespaceFor(model);
+  if (!ns->supported.ok()) {
+    impl_->Add(&Stats::unsupported);
+    return Status::OK();
+  }
+  KV_RETURN_IF_ERROR(model.Check(cache));
+  // Chunks are cut at token positions: a layer holding another count than
+  // the key would be stored as someone else's prefix.
+  KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("shared tier"));
+  for (const PromptCacheCheckpoint& cp : checkpoints) {
+    if (cp.tokens < 1 || cp.tokens > static_cast<int64_t>(tokens.size())) {
+      return Status::InvalidArgument("shared tier: a checkpoint at " + std::to_string(cp.tokens) +
+                                     " tokens is outside the prompt");
+    }
+    const std::string where = "checkpoint at " + std::to_string(cp.tokens) + " tokens";
+    KV_RETURN_IF_ERROR(model.Check(cp.cache).WithPrefix(where));
+    KV_RETURN_IF_ERROR(CheckLeafTokens(cp.cache, cp.tokens).WithPrefix("shared tier: " + where));
+  }
+  auto copy = [](const PromptCache& c) {
+    PromptCache out;
+    for (const auto& layer : c) out.push_back(std::shared_ptr<Cache>(layer->Copy()));
+    return out;
+  };
+  InsertJob job{ns, std::vector<int32_t>(tokens.begin(), tokens.end()), copy(cache), {}};
+  for (const PromptCacheCheckpoint& cp : checkpoints) job.checkpoints.push_back({cp.tokens, copy(cp.cache)});
+  if (!impl_->options.async_insert) {
+    Status s = impl_->Write(job);
+    if (!s.ok()) impl_->Add(&Stats::insert_errors);
+    return s;
+  }
+  {
+    std::lock_guard<std::mutex> l(impl_->queue_mu);
+    if (impl_->closing || impl_->queue.size() >= impl_->options.insert_queue_capacity) {
+      impl_->Add(&Stats::inserts_dropped);
+      return Status::OK();
+    }
+    impl_->queue.push_back(std::move(job));
+  }
+  impl_->queue_cv.notify_all();
+  return Status::OK();
+}
+
+void SharedPromptCache::Flush() {
+  std::unique_lock<std::mutex> l(impl_->queue_mu);
+  impl_->queue_cv.wait(l, [&] { return impl_->queue.empty() && impl_->running == 0; });
+}
+
+SharedPromptCache::Stats SharedPromptCache::stats() const {
+  std::lock_guard<std::mutex> l(impl_->stats_mu);
+  return impl_->stats;
+}
+
+int64_t SharedPromptCache::chunk_tokens() const { return impl_->options.chunk_tokens; }
+const std::string& SharedPromptCache::writer_id() const { return impl_->options.writer_id; }
+
+std::string SharedPromptCache::Describe() const {
+  const SharedPromptCacheOptions& o = impl_->options;
+  return "shared tier on " + o.backend->Describe() + ", " + std::to_string(o.chunk_tokens) + "-token chunks" +
+         (o.secret.empty() ? "" : ", sealed") +
+         (o.compression_level ? ", zstd " + std::to_string(*o.compression_level) : "");
+}
+
+}  // namespace kvstore

@@ -1,0 +1,110 @@
+#include "libkvstore/tiers/store_format.h"
+
+#include <charconv>
+
+#include "libkvstore/integrity/sha256.h"
+
+namespace kvstore {
+
+namespace {
+constexpr std::string_view kModelKey = "kvstore_model";
+constexpr std::string_view kTokensKey = "kvstore_tokens";
+
+}  // namespace
+
+namespace {
+
+std::string Hex(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+std::optional<std::string> Unhex(std::string_view s) {
+  if (s.size() % 2 != 0) return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); i += 2) {
+    const int hi = nibble(s[i]), lo = nibble(s[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
+// Fields of a manifest field that may be empty are written as "-".
+std::string_view Dash(std::string_view field) { return field == "-" ? std::string_view() : field; }
+
+std::vector<std::string_view> SplitSpaces(std::string_view line) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    const size_t sp = line.find(' ');
+    parts.push_back(line.substr(0, sp));
+    if (sp == std::string_view::npos) return parts;
+    line.remove_prefix(sp + 1);
+  }
+}
+}  // namespace
+
+std::string StoreFileName(std::string_view model, std::span<const int32_t> tokens) {
+  const std::string key = std::string(model) + '\n' + TokensText(tokens);
+  return Sha256(std::string_view(key)).ToHex().substr(0, 16) + std::string(kStoreFileSuffix);
+}
+
+Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens) {
+  return {{std::string(kModelKey), std::string(model)}, {std::string(kTokensKey), TokensText(tokens)}};
+}
+
+std::optional<StoreKey> StoreKeyFromMetadata(const Metadata& metadata) {
+  std::optional<std::string> model;
+  std::optional<std::vector<int32_t>> tokens;
+  for (const auto& [k, v] : metadata) {
+    if (k == kModelKey) model = v;
+    if (k == kTokensKey) tokens = ParseTokens(v);
+  }
+  if (!model || !tokens) return std::nullopt;
+  return StoreKey{std::move(*model), std::move(*tokens)};
+}
+
+std::string ManifestAddLine(std::string_view file, int64_t bytes, std::string_view model,
+                            std::span<const int32_t> tokens, std::string_view fingerprint) {
+  const std::string model_hex = model.empty() ? "-" : Hex(model);
+  const std::string tokens_text = tokens.empty() ? "-" : TokensText(tokens);
+  const std::string fp = fingerprint.empty() ? "-" : std::string(fingerprint);
+  return "+ " + std::string(file) + " " + std::to_string(bytes) + " " + model_hex + " " + tokens_text + " " + fp + "\n";
+}
+
+std::string ManifestRemoveLine(std::string_view file) { return "- " + std::string(file) + "\n"; }
+
+std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data) {
+  std::unordered_map<std::string, ManifestEntry> out;
+  std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
+  while (true) {
+    const size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) break;  // the end, or a torn last line
+    const std::vector<std::string_view> parts = SplitSpaces(text.substr(0, nl));
+    text.remove_prefix(nl + 1);
+    if (parts.size() == 2 && parts[0] == "-") {
+      out.erase(std::string(parts[1]));
+    } else if ((parts.size() == 5 || parts.size() == 6) && parts[0] == "+") {
+      int64_t bytes = 0;
+      auto [p, ec] = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), bytes);
+      std::optional<std::string> model = Unhex(Dash(parts[3]));
+      std::optional<std::vector<int32_t>> tokens = ParseTokens(Dash(parts[4]));
+      if (ec != std::errc() || p != parts[2].data() + parts[2].size() || !model || !tokens) continue;
+      const std::string fingerprint(parts.size() == 6 ? Dash(parts[5]) : std::string_view());
+      out[std::string(parts[1])] = ManifestEntry{StoreKey{std::move(*model), std::move(*tokens)}, bytes, fingerprint};
+    }
+  }
+  return out;
+}
+
+}  // namespace kvstore

@@ -1,0 +1,63 @@
+// How a PromptCacheStore lays out its directory: the file name a key is
+// stored under, the metadata keys that hold the key inside the file, and
+// the MANIFEST lines that let Open index files without reading them.
+#ifndef KVSTORE_LIBKVSTORE_TIERS_STORE_FORMAT_H_
+#define KVSTORE_LIBKVSTORE_TIERS_STORE_FORMAT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvstore/safetensors.h"
+#include "libkvstore/util/token_text.h"
+
+namespace kvstore {
+
+// The key an entry is stored under: a model key and a token prefix.
+struct StoreKey {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+
+// The user metadata key holding the model fingerprint's canonical JSON
+// (absent in files of caches that have none, e.g. an empty KVCache).
+inline constexpr std::string_view kStoreFingerprintKey = "kvstore_fingerprint";
+
+inline constexpr std::string_view kStoreFileSuffix = ".safetensors";
+
+// "<16 hex digits of SHA-256(model '\n' tokens)>.safetensors".
+std::string StoreFileName(std::string_view model, std::span<const int32_t> tokens);
+
+// The user metadata that records the key in the entry's file.
+Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens);
+// The key recorded in a file's user metadata; nullopt when a key is missing
+// or the tokens are not a comma-separated list of int32 values.
+std::optional<StoreKey> StoreKeyFromMetadata(const Metadata& metadata);
+
+// MANIFEST: an append-only log, one line per change:
+//   "+ <file> <bytes> <model as hex, or '-'> <tokens, comma-separated, or '-'> <fingerprint digest, or '-'>\n"
+//   "- <file>\n"
+// ("+" lines without the last field, from before fingerprints, are read as
+// entries without one.)
+std::string ManifestAddLine(std::string_view file, int64_t bytes, std::string_view model,
+                            std::span<const int32_t> tokens, std::string_view fingerprint);
+std::string ManifestRemoveLine(std::string_view file);
+
+struct ManifestEntry {
+  StoreKey key;
+  int64_t bytes = 0;
+  std::string fingerprint{};  // hex digest; empty when the file records none
+};
+// The entries a manifest lists (file name -> last "+" line not removed
+// since). Malformed lines and a torn last line are ignored: the manifest is
+// a hint, and every file it names is checked against it.
+std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data);
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_TIERS_STORE_FORMAT_H_

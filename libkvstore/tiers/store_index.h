@@ -1,0 +1,96 @@
+// The in-memory index of a PromptCacheStore: its entries by file name, by
+// key hash and by recency. A longest-prefix lookup probes the hash of each
+// key length the index holds, longest first: O(distinct lengths) probes
+// over prefix hashes computed once per prompt. Entries that may be
+// trimmable are also in a GranuleIndex, which finds the one sharing the
+// longest common prefix with a prompt even when it is longer. Not
+// thread-safe: the store's mutex guards it.
+#ifndef KVSTORE_LIBKVSTORE_TIERS_STORE_INDEX_H_
+#define KVSTORE_LIBKVSTORE_TIERS_STORE_INDEX_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "libkvstore/tiers/granule_index.h"
+#include "libkvstore/tiers/store_format.h"
+
+namespace kvstore {
+
+class StoreIndex {
+ public:
+  struct Entry {
+    std::string file;
+    StoreKey key;
+    int64_t bytes = 0;
+    std::string fingerprint{};  // hex digest of the model fingerprint in the file; empty when none
+    uint64_t generation = 0;  // set by Insert: tells a replaced file from the one a reader saw
+    // False once the cache is known to have a layer that cannot be trimmed
+    // (known at a Put, learned at a load): such an entry serves only
+    // prompts it is a prefix of.
+    bool may_trim = true;
+  };
+
+  StoreIndex() = default;
+  StoreIndex(const StoreIndex&) = delete;
+  StoreIndex& operator=(const StoreIndex&) = delete;
+
+  // Adds `entry` as the most recently used, replacing any entry of the same
+  // file. `key_hash` is KeyHash(entry.key.model, entry.key.tokens).
+  const Entry& Insert(Entry entry, uint64_t key_hash);
+
+  // Removes the entry of `file` when it is there and, if `generation` is
+  // given, still of that generation. True when it removed it.
+  bool Erase(const std::string& file, std::optional<uint64_t> generation = std::nullopt);
+
+  // The entry with the longest key (model, tokens[:n]), 1 <= n <= max_len,
+  // compared exactly (a hash match alone is never enough), made the most
+  // recently used; nullptr when there is none. REQUIRES: prefix_hashes is
+  // PrefixHashes(model, tokens) and max_len <= tokens.size().
+  const Entry* FindLongestPrefix(std::string_view model, std::span<const int32_t> tokens,
+                                 std::span<const uint64_t> prefix_hashes, size_t max_len);
+
+  // The entry that may be trimmed sharing the most tokens (more than
+  // `at_least`) with `tokens` as `common`, made the most recently used;
+  // nullptr when none does. REQUIRES: prefix_hashes as for FindLongestPrefix.
+  const Entry* FindLonger(std::string_view model, std::span<const int32_t> tokens,
+                          std::span<const uint64_t> prefix_hashes, int64_t at_least, int64_t& common);
+  // Records that the entry of `file`, when still of `generation`, cannot
+  // be trimmed: FindLonger no longer offers it.
+  void MarkUntrimmable(const std::string& file, uint64_t generation);
+
+  // The least recently used entry; nullptr when empty.
+  const Entry* LeastRecent() const;
+  // Calls `fn` on every entry, least recently used first.
+  void ForEach(const std::function<void(const Entry&)>& fn) const;
+
+  size_t size() const { return by_file_.size(); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  struct Node {
+    Entry entry;
+    uint64_t key_hash = 0;
+    std::list<Node*>::iterator lru;
+    std::vector<uint64_t> granules;  // registered in granules_ (entries that may trim)
+  };
+  void Unlink(Node& node);
+
+  std::unordered_map<std::string, Node> by_file_;
+  std::unordered_multimap<uint64_t, Node*> by_hash_;
+  std::list<Node*> lru_;  // front = most recently used
+  std::map<size_t, int64_t> lengths_;  // key length (tokens) -> entries of that length
+  GranuleIndex<Node*> granules_;
+  int64_t bytes_ = 0;
+  uint64_t next_generation_ = 1;
+};
+
+}  // namespace kvstore
+
+#endif  // KVSTORE_LIBKVSTORE_TIERS_STORE_INDEX_H_
