@@ -173,8 +173,8 @@ int RunConvert(ConvertArgs a) {
 Runner RegisterConvert(CLI::App& app) {
   auto args = std::make_shared<ConvertArgs>();
   CLI::App* cmd = app.add_subcommand("convert", "Compress, decompress, re-lay-out or convert a cache file");
-  cmd->add_option("IN", args->in, "input prompt-cache file")->required();
-  cmd->add_option("-o,--output", args->out, "output file (may equal IN)")->required();
+  cmd->add_option("IN", args->in, "input prompt-cache file")->required()->transform(UserPath());
+  cmd->add_option("-o,--output", args->out, "output file (may equal IN)")->required()->transform(UserPath());
   cmd->add_option("--compress", args->compress, "zstd container at LEVEL (default 3; byteplane: 1)")->expected(0, 1);
   cmd->add_flag("--decompress", args->decompress, "write a plain safetensors file");
   cmd->add_option("--codec", args->codec, "compressed container: zstd (default; zstd -d compatible) or byteplane");

@@ -112,8 +112,8 @@ int ToLlamaState(const LlamaConvertRequest& r, const LlamaConvertArgs& l, const 
 
 std::shared_ptr<LlamaConvertArgs> AddLlamaConvertOptions(CLI::App* cmd) {
   auto a = std::make_shared<LlamaConvertArgs>();
-  cmd->add_option("--model", a->model, "llama.cpp conversions: the model's config.json (or folder) or GGUF");
-  cmd->add_option("--tokens", a->tokens, "llama.cpp conversions: the prompt's token ids (a JSON list file)");
+  cmd->add_option("--model", a->model, "llama.cpp conversions: the model's config.json (or folder) or GGUF")->transform(UserPath());
+  cmd->add_option("--tokens", a->tokens, "llama.cpp conversions: the prompt's token ids (a JSON list file)")->transform(UserPath());
   cmd->add_option("--kv-type", a->kv_type, "--to llama.cpp: cache type f16 (default), bf16 or f32");
   cmd->add_option("--flash-attn", a->flash_attn, "--to llama.cpp: on (default; V rows) or off (V transposed)");
   cmd->add_option("--n-stream", a->n_stream, "--to llama.cpp: streams of the server (-np N without --kv-unified)");

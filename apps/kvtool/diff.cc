@@ -91,8 +91,8 @@ int RunDiff(const DiffArgs& args) {
 Runner RegisterDiff(CLI::App& app) {
   auto args = std::make_shared<DiffArgs>();
   CLI::App* cmd = app.add_subcommand("diff", "Per-layer max/mean absolute error between two cache files");
-  cmd->add_option("A", args->a, "first prompt-cache file")->required();
-  cmd->add_option("B", args->b, "second prompt-cache file")->required();
+  cmd->add_option("A", args->a, "first prompt-cache file")->required()->transform(UserPath());
+  cmd->add_option("B", args->b, "second prompt-cache file")->required()->transform(UserPath());
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_option("--max-error", args->max_error, "exit 3 when a layer's max abs error exceeds this (0: exact)");
   return [args, cmd] { return *cmd ? RunDiff(*args) : -1; };

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "apps/kvtool/kvtool.h"
+#include "kvstore/user_path.h"
 
 namespace kvtool {
 
@@ -90,6 +91,17 @@ std::string HumanBytes(uint64_t bytes) {
 }  // namespace kvtool
 
 namespace kvtool {
+
+CLI::Validator UserPath() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        kvstore::Result<std::string> expanded = kvstore::ExpandUserPath(path);
+        if (!expanded.ok()) return std::string(expanded.status().message());
+        path = std::move(expanded).value();
+        return std::string();
+      },
+      "", "user path");
+}
 
 void PrintJson(const kvstore::Json& value) {
   kvstore::Json::DumpOptions pretty;

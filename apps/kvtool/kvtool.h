@@ -41,6 +41,11 @@ std::string HumanBytes(uint64_t bytes);
 // `keep_lines` (messages), newlines, tabs and '\' stay.
 std::string TerminalText(std::string_view text, bool keep_lines = false);
 
+// The transform of every path option: a leading "~" expanded as a shell
+// would (kvstore::ExpandUserPath), for the paths a shell leaves alone
+// ("--output=~/x", quoted ones); a usage error when it cannot be.
+CLI::Validator UserPath();
+
 // Prints `value` to stdout, indented by 2, and a newline (--json output).
 void PrintJson(const kvstore::Json& value);
 

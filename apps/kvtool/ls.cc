@@ -86,7 +86,7 @@ int RunLs(const LsArgs& a) {
 Runner RegisterLs(CLI::App& app) {
   auto args = std::make_shared<LsArgs>();
   CLI::App* cmd = app.add_subcommand("ls", "List the cache files in a directory (headers only)");
-  cmd->add_option("DIR", args->dir, "directory")->required();
+  cmd->add_option("DIR", args->dir, "directory")->required()->transform(UserPath());
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_flag("--all", args->all, "also list the files that are not cache files, with the reason");
   args->shared = AddSharedLsOptions(cmd);

@@ -117,7 +117,12 @@ bool IsSharedTierUrl(const std::string& arg) { return arg.starts_with("redis://"
 
 std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls) {
   auto a = std::make_shared<SharedArgs>();
-  ls->add_option("--prefix", a->prefix, "redis://: the shared tier's key prefix")->capture_default_str();
+  CLI::Option* key_prefix =
+      ls->add_option("--key-prefix", a->prefix, "redis://: the shared tier's key prefix")->capture_default_str();
+  // The old spelling still works: "prefix" alone also names a prompt's first tokens.
+  ls->add_option("--prefix", a->prefix, "deprecated spelling of --key-prefix")
+      ->excludes(key_prefix)
+      ->each([](const std::string&) { std::fputs("kvtool: note: --prefix is deprecated: use --key-prefix\n", stderr); });
   ls->add_option("--namespace", a->ns, "redis://: list the chains of chunks of this namespace");
   return a;
 }

@@ -76,7 +76,7 @@ int RunVerify(const VerifyArgs& a) {
 Runner RegisterVerify(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* cmd = app.add_subcommand("verify", "Check the structure and the SHA-256 digests of a cache file");
-  cmd->add_option("FILE", args->path, "prompt-cache file")->required();
+  cmd->add_option("FILE", args->path, "prompt-cache file")->required()->transform(UserPath());
   cmd->add_option("--threads", args->threads, "hashing threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar, nothing printed on success");
   return [args, cmd] { return *cmd ? RunVerify(*args) : -1; };

@@ -69,8 +69,10 @@ struct StoreOpenReport {
 
 class PromptCacheStore {
  public:
-  // Opens `dir` (created if missing) and indexes it as described above.
-  // FailedPrecondition when another process holds it, or the Env's error.
+  // Opens `dir` (created if missing; a leading "~" is the home directory,
+  // ExpandUserPath) and indexes it as described above. FailedPrecondition
+  // when another process holds it, InvalidArgument for a "~" that cannot be
+  // expanded, or the Env's error.
   // `report` (optional) receives what was indexed and dropped.
   static Result<std::unique_ptr<PromptCacheStore>> Open(Env* env, const std::string& dir,
                                                         const PromptCacheStoreOptions& options,

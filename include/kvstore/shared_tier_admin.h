@@ -78,7 +78,8 @@ Result<std::vector<SharedChainInfo>> ListSharedChains(KvBackend& backend, std::s
 
 // The seal's secret for a command-line tool, never required on argv (where
 // every user sees it through ps): `flag_secret` when given, else the content
-// of `secret_file` (one trailing newline dropped), else the environment
+// of `secret_file` ("~" expanded, ExpandUserPath; one trailing newline
+// dropped), else the environment
 // variable KVSTORE_SHARED_SECRET, else "" (no seal). Both flags given, or an
 // empty file: InvalidArgument; an unreadable file: IOError.
 inline constexpr std::string_view kSharedSecretEnv = "KVSTORE_SHARED_SECRET";

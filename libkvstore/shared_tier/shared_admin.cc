@@ -10,6 +10,7 @@
 #include "kvstore/json.h"
 #include "kvstore/prompt_cache_bytes.h"
 #include "kvstore/shared_tier_admin.h"
+#include "kvstore/user_path.h"
 #include "libkvstore/format/seal.h"
 #include "libkvstore/shared_tier/chunk_codec.h"
 #include "libkvstore/fingerprint/fingerprint_internal.h"
@@ -203,7 +204,9 @@ Result<std::string> ResolveSharedSecret(std::string_view flag_secret, const std:
     const char* env = std::getenv(std::string(kSharedSecretEnv).c_str());
     return std::string(env != nullptr ? env : "");
   }
-  std::ifstream in(secret_file, std::ios::binary);
+  Result<std::string> path = ExpandUserPath(secret_file);
+  if (!path.ok()) return path.status().WithPrefix("--secret-file");
+  std::ifstream in(*path, std::ios::binary);
   if (!in.is_open()) return Status::IOError("cannot open --secret-file " + secret_file);
   std::ostringstream text;
   text << in.rdbuf();

@@ -6,6 +6,7 @@
 #include "kvstore/model_fingerprint.h"
 #include "kvstore/prompt_cache.h"
 #include "kvstore/prompt_cache_file.h"
+#include "kvstore/user_path.h"
 #include "libkvstore/cache/cache_leaves.h"
 #include "libkvstore/tiers/prompt_cache_store_impl.h"
 
@@ -111,9 +112,12 @@ PromptCacheStore::PromptCacheStore(std::unique_ptr<Impl> impl) : impl_(std::move
 
 PromptCacheStore::~PromptCacheStore() = default;
 
-Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const std::string& dir,
+Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const std::string& dir_as_given,
                                                                  const PromptCacheStoreOptions& options,
                                                                  StoreOpenReport* report) {
+  Result<std::string> expanded = ExpandUserPath(dir_as_given);
+  if (!expanded.ok()) return expanded.status().WithPrefix("prompt-cache store");
+  const std::string& dir = *expanded;
   KV_RETURN_IF_ERROR(env->CreateDir(dir));
   Result<std::unique_ptr<FileLock>> lock = env->LockFile(dir + "/LOCK");
   if (!lock.ok()) return lock.status().WithPrefix("prompt-cache store " + dir);

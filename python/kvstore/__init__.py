@@ -14,6 +14,7 @@ See docs/python.md for the full reference, BF16 handling and thread safety.
 
 from . import errors
 from ._kvstore import (
+    DEFAULT_LAYOUT,
     CacheFile,
     Layer,
     Tensor,
@@ -29,6 +30,7 @@ from .errors import *  # noqa: F401,F403  (the exception classes)
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_LAYOUT",
     "CacheFile",
     "Layer",
     "Tensor",

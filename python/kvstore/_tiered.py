@@ -5,6 +5,7 @@ import logging
 import os
 import queue
 import threading
+import warnings
 import weakref
 
 from . import _kvstore
@@ -63,6 +64,16 @@ class _TierWriter:
                 self._queue.task_done()
 
 
+def _deprecated_alias(old_name, old_value, name, value, default):
+    """`value`, or the value given under a parameter's old name (with a DeprecationWarning)."""
+    if old_value is None:
+        return value
+    if value != default:
+        raise TypeError(f"give {name} or its deprecated alias {old_name}, not both")
+    warnings.warn(f"{old_name} is deprecated: it is {name}", DeprecationWarning, stacklevel=3)
+    return old_value
+
+
 class TieredPromptCache:
     """A drop-in for mlx_lm.server's ``LRUPromptCache``, with persistent tiers behind it.
 
@@ -97,7 +108,11 @@ class TieredPromptCache:
     """
 
     def __init__(self, max_size=10, max_bytes=1 << 63, *, directory=None, disk_bytes=16 << 30, redis=None,
-                 redis_namespace="kvstore:", redis_secret=None, redis_chunk_tokens=256):
+                 redis_key_prefix="kvstore:", redis_secret=None, redis_chunk_tokens=256, redis_namespace=None):
+        redis_key_prefix = _deprecated_alias("redis_namespace", redis_namespace, "redis_key_prefix",
+                                             redis_key_prefix, "kvstore:")
+        if redis_secret is None:
+            redis_secret = os.environ.get(_kvstore.SHARED_SECRET_ENV)  # as kvtool and prompt_cache_sim
         self.max_size = max_size
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -110,12 +125,13 @@ class TieredPromptCache:
         self._disk = self._shared = self._writer = self._stored_structures = None
         tiers = []
         if directory is not None:
-            self._disk = _kvstore.DiskStore(os.fspath(directory), min(disk_bytes, _INT64_MAX))
+            directory = _kvstore.expand_user(os.fspath(directory))  # "~/.cache/..." is the home's
+            self._disk = _kvstore.DiskStore(directory, min(disk_bytes, _INT64_MAX))
             self._stored_structures = StoredStructures(directory)
             tiers.append(("disk", self._disk.put))
         if redis is not None:
             try:
-                self._shared = _kvstore.SharedTier(os.fspath(redis), redis_namespace, redis_secret or "",
+                self._shared = _kvstore.SharedTier(os.fspath(redis), redis_key_prefix, redis_secret or "",
                                                    redis_chunk_tokens)
             except BaseException:
                 _close_tiers(None, self._disk, None)

@@ -28,7 +28,7 @@ def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zs
     that only kvstore reads. Like ``mx.save_safetensors``, ".safetensors" is appended to
     a name without it. The write is atomic (temp file, fsync, rename).
     """
-    file_name = os.fspath(file_name)
+    file_name = _kvstore.expand_user(os.fspath(file_name))
     if not file_name.endswith(".safetensors"):
         file_name += ".safetensors"
     layers = layers_from_caches(cache)
@@ -56,7 +56,7 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     fills MLX memory straight from the file, which no copy through kvstore can beat.
     Everything else is read by kvstore and copied into MLX once.
     """
-    path = os.fspath(file_name)
+    path = _kvstore.expand_user(os.fspath(file_name))
     loaded = None if verify else _load_through_mlx(path)
     if loaded is not None:
         cache, metadata = loaded

@@ -63,7 +63,7 @@ void ParseQuantize(py::handle quantize, LayerTransform& t) {
 void Convert(const std::filesystem::path& in_path, const std::filesystem::path& out_path, py::handle compress, std::optional<std::string> codec,
              std::optional<bool> integrity, std::optional<std::string> layout, py::handle quantize,
              bool dequantize, bool gpu_rounding, std::optional<std::string> dtype, int threads) {
-  const std::string in = in_path.string(), out = out_path.string();
+  const std::string in = UserPath(in_path), out = UserPath(out_path);
   LayerTransform transform;
   ParseQuantize(quantize, transform);
   if (dequantize && transform.bits != 0) ThrowInvalid("quantize and dequantize exclude each other");
@@ -124,7 +124,7 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
 
 int64_t Trim(const std::filesystem::path& in_path, const std::filesystem::path& out_path, std::optional<int64_t> n, std::optional<int64_t> keep,
              int threads) {
-  const std::string in = in_path.string(), out = out_path.string();
+  const std::string in = UserPath(in_path), out = UserPath(out_path);
   if (n.has_value() == keep.has_value()) ThrowInvalid("give exactly one of n and keep");
   if (n.value_or(0) < 0 || keep.value_or(0) < 0) ThrowInvalid("token counts must be >= 0");
   auto trimmed = [&]() -> Result<int64_t> {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kvstore/prompt_cache_info_json.h"
+#include "kvstore/user_path.h"
 #include "python/src/py_errors.h"
 #include "python/src/py_layer.h"
 #include "python/src/py_strided.h"
@@ -66,7 +67,7 @@ Metadata MetadataFromPython(py::handle metadata) {
 }
 
 py::object Load(const std::filesystem::path& file, bool verify, int threads) {
-  const std::string path = file.string();
+  const std::string path = UserPath(file);
   LoadPromptCacheOptions options;
   options.verify = verify;
   options.threads = threads;
@@ -78,10 +79,10 @@ py::object Load(const std::filesystem::path& file, bool verify, int threads) {
 }
 
 void Save(const std::filesystem::path& file, py::handle layers, py::handle metadata, py::handle compress,
-          const std::string& codec, bool integrity, const std::string& layout, int threads) {
-  const std::string path = file.string();
-  SavePromptCacheOptions options;
-  options.layout = ParseLayoutName(layout);
+          const std::string& codec, bool integrity, const std::optional<std::string>& layout, int threads) {
+  const std::string path = UserPath(file);
+  SavePromptCacheOptions options;  // layout: the library's default for saves from scratch unless asked
+  if (layout) options.layout = ParseLayoutName(*layout);
   options.codec = ParseCodecName(codec);
   options.compression_level = ParseCompression(compress, options.codec);
   options.integrity = integrity;
@@ -108,7 +109,7 @@ void Save(const std::filesystem::path& file, py::handle layers, py::handle metad
 }
 
 py::object Inspect(const std::filesystem::path& file, bool verify) {
-  const std::string path = file.string();
+  const std::string path = UserPath(file);
   std::optional<bool> verified;
   std::vector<std::string> mismatches;
   std::unique_ptr<PromptCacheReader> reader;
@@ -135,7 +136,7 @@ py::object Inspect(const std::filesystem::path& file, bool verify) {
 }
 
 py::dict Verify(const std::filesystem::path& file, int threads) {
-  const std::string path = file.string();
+  const std::string path = UserPath(file);
   auto report = [&] {
     py::gil_scoped_release release;
     return VerifyPromptCacheFile(Env::Default(), path, threads);
@@ -182,6 +183,8 @@ py::object JsonToPython(const Json& value) {
   }
   return py::none();
 }
+
+std::string UserPath(const std::filesystem::path& path) { return Unwrap(ExpandUserPath(path.string())); }
 
 // The layouts save() and convert() write, by name (exported as kvstore._kvstore.LAYOUTS).
 constexpr PromptCacheLayout kWritableLayouts[] = {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxLm031,
@@ -233,12 +236,15 @@ void RegisterFileApi(py::module_& m) {
   py::tuple layouts(std::size(kWritableLayouts));
   for (size_t i = 0; i < std::size(kWritableLayouts); ++i) layouts[i] = py::str(std::string(LayoutName(kWritableLayouts[i])));
   m.attr("LAYOUTS") = layouts;
+  m.attr("DEFAULT_LAYOUT") = std::string(LayoutName(SavePromptCacheOptions{}.layout));  // docs/compat.md
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("verify") = false, py::arg("threads") = 0);
   m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
         py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,
-        py::arg("layout") = "mlx-lm", py::arg("threads") = 0);
+        py::arg("layout") = py::none(), py::arg("threads") = 0);
   m.def("is_kvstore_metadata_key", [](const std::string& key) { return IsKvstoreMetadataKey(key); },
         py::arg("key"), "True for the metadata keys kvstore itself writes (kvstore_format, digests).");
+  m.def("expand_user", [](const std::filesystem::path& path) { return UserPath(path); }, py::arg("path"),
+        "The path with a leading '~' expanded as kvstore expands every path argument.");
   m.def("inspect", &Inspect, py::arg("path"), py::kw_only(), py::arg("verify") = false);
   m.def("verify", &Verify, py::arg("path"), py::kw_only(), py::arg("threads") = 0);
 }

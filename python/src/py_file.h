@@ -6,6 +6,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -13,6 +14,10 @@
 #include "kvstore/prompt_cache_file.h"
 
 namespace kvstore::python {
+
+// A path argument as the library takes it: a leading "~" expanded
+// (kvstore::ExpandUserPath); InvalidArgumentError when it cannot be.
+std::string UserPath(const std::filesystem::path& path);
 
 // A JSON value as Python objects (objects keep their key order).
 pybind11::object JsonToPython(const Json& value);

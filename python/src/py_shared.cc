@@ -12,6 +12,7 @@
 
 #include "kvstore/redis_backend.h"
 #include "kvstore/shared_prompt_cache.h"
+#include "kvstore/shared_tier_admin.h"
 #include "python/src/py_errors.h"
 #include "python/src/py_layer.h"
 #include "python/src/py_tiers.h"
@@ -119,6 +120,8 @@ void RegisterSharedTier(py::module_& m) {
       .def("stats", &PySharedTier::Stats)
       .def("close", &PySharedTier::Close)
       .def("__repr__", &PySharedTier::Describe);
+  // Where the seal's secret comes from when none is given, as for kvtool and prompt_cache_sim.
+  m.attr("SHARED_SECRET_ENV") = std::string(kSharedSecretEnv);
 }
 
 }  // namespace kvstore::python

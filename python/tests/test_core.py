@@ -337,3 +337,34 @@ def test_importing_the_drop_ins_does_not_import_mlx():
     code = "import sys, kvstore, kvstore.mlx_lm; print(any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_save_writes_the_librarys_default_layout(tmp_path):
+    # docs/compat.md: saves from scratch are for the release's ArraysCache layout, in C++
+    # (SavePromptCacheOptions) and here alike; DEFAULT_LAYOUT is read from the C++ default.
+    assert kvstore.DEFAULT_LAYOUT == "mlx-lm-0.31"
+    layers = kvstore.load(str(FIXTURES / "arrayscache_basic.safetensors")).layers
+    out = tmp_path / "a.safetensors"
+    kvstore.save(out, layers)
+    assert kvstore.inspect(out)["layout"] == kvstore.DEFAULT_LAYOUT
+    kvstore.save(out, layers, layout="mlx-lm")
+    assert kvstore.inspect(out)["layout"] == "mlx-lm"
+
+
+def test_paths_starting_with_tilde_are_in_the_home_directory(tmp_path, monkeypatch):
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    kvstore.save("~/a.safetensors", kvstore.load(str(F16)).layers)
+    assert kvstore.load("~/a.safetensors").path == str(home / "a.safetensors")
+    assert kvstore.inspect("~/a.safetensors")["path"] == str(home / "a.safetensors")
+    assert kvstore.verify("~/a.safetensors")["bytes_hashed"] > 0
+    kvstore.convert("~/a.safetensors", "~/b.safetensors", compress=True)
+    assert kvstore.trim("~/a.safetensors", "~/c.safetensors", 1) == 1
+    assert sorted(p.name for p in home.iterdir()) == ["a.safetensors", "b.safetensors", "c.safetensors"]
+    assert list(cwd.iterdir()) == []  # no directory named "~"
+    assert kvstore._kvstore.expand_user("~") == str(home)
+    with pytest.raises(kvstore.InvalidArgumentError, match="no user"):
+        kvstore.load("~no-such-user-kvstore/a.safetensors")

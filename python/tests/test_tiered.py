@@ -381,3 +381,20 @@ def test_writes_after_close_are_dropped_never_raised_or_blocked(mlx_cache, mx, t
     cache.insert_cache(MODEL, [1, 2, 3], make_cache(mlx_cache, mx, [1, 2, 3], "kv"))
     got, rest = cache.fetch_nearest_cache(MODEL, [1, 2, 3])
     assert got is not None and rest == []
+
+
+def test_a_directory_under_tilde_is_in_the_home_directory(tmp_path, monkeypatch):
+    # docs/python.md's example: directory="~/.cache/mlx-lm/prompt-caches"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    with TieredPromptCache(directory="~/.cache/prompt-caches") as cache:
+        assert cache.disk_stats()["entries"] == 0
+    assert (tmp_path / "home" / ".cache" / "prompt-caches").is_dir()
+    assert not (tmp_path / "~").exists()
+
+
+def test_redis_namespace_is_a_deprecated_alias_of_redis_key_prefix():
+    with pytest.warns(DeprecationWarning, match="redis_namespace is deprecated: it is redis_key_prefix"):
+        TieredPromptCache(redis_namespace="mine:").close()
+    with pytest.raises(TypeError, match="not both"):
+        TieredPromptCache(redis_key_prefix="a:", redis_namespace="b:")

@@ -23,21 +23,24 @@ def _redis_url():
 
 
 @pytest.fixture
-def shared(tmp_path):
-    """A factory of TieredPromptCaches on one Redis namespace of their own."""
+def shared(tmp_path, monkeypatch):
+    """A factory of TieredPromptCaches on one Redis key prefix of their own."""
     url = _redis_url()
     if not url:
         pytest.skip("no Redis: run through ctest (fixture redis_services_start, needs redis-server) "
                     "or set KVSTORE_TEST_REDIS_URL=redis://[USER:PASSWORD@]HOST:PORT")
-    namespace = "kvpytest:%d:%s:" % (os.getpid(), uuid.uuid4().hex[:8])
+    monkeypatch.delenv("KVSTORE_SHARED_SECRET", raising=False)
+    prefix = "kvpytest:%d:%s:" % (os.getpid(), uuid.uuid4().hex[:8])
     made = []
 
     def make(name, **kwargs):
-        kwargs.setdefault("redis_namespace", namespace)
+        if "redis_namespace" not in kwargs:  # the deprecated spelling
+            kwargs.setdefault("redis_key_prefix", prefix)
         c = TieredPromptCache(directory=tmp_path / name, redis=url, redis_chunk_tokens=CHUNK, **kwargs)
         made.append(c)
         return c
 
+    make.prefix = prefix
     yield make
     for c in made:
         c.close()
@@ -88,3 +91,27 @@ def test_an_unreachable_redis_fails_at_construction(tmp_path):
 
     with pytest.raises(kvstore.FileIOError):
         TieredPromptCache(redis="redis://127.0.0.1:1")
+
+
+def test_the_secret_comes_from_the_environment_as_for_kvtool(mlx_cache, mx, shared, monkeypatch):
+    tokens = list(range(1, 2 * CHUNK + 1))
+    monkeypatch.setenv("KVSTORE_SHARED_SECRET", "from-env")
+    writer = shared("a")  # no redis_secret: sealed with $KVSTORE_SHARED_SECRET
+    writer.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    writer.flush()
+    monkeypatch.delenv("KVSTORE_SHARED_SECRET")
+    for secret, served in (("from-env", True), ("other", False)):
+        reader = shared("r-" + secret, redis_secret=secret)
+        reader.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
+        assert (reader.fetch_nearest_cache(MODEL, tokens)[0] is not None) == served, secret
+
+
+def test_the_old_parameter_name_still_names_the_key_prefix(mlx_cache, mx, shared):
+    tokens = list(range(1, 2 * CHUNK + 1))
+    with pytest.warns(DeprecationWarning):
+        writer = shared("a", redis_namespace=shared.prefix)
+    writer.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    writer.flush()
+    reader = shared("b")  # redis_key_prefix=shared.prefix
+    reader.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
+    assert reader.fetch_nearest_cache(MODEL, tokens)[0] is not None

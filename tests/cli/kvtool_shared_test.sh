@@ -20,13 +20,18 @@ prefix="clitest:$$:"
 "$sim" --redis "$url" --key-prefix "$prefix" --processes 2 --requests 60 --secret cli-secret > "$dir/sim.out" ||
   fail "sim: $(cat "$dir/sim.out")"
 
-"$kvtool" ls "$url" --prefix "$prefix" > "$dir/ls.out"; rc=$?
+"$kvtool" ls "$url" --key-prefix "$prefix" > "$dir/ls.out"; rc=$?
 [[ $rc == 0 ]] || fail "ls exit $rc"
 grep -Eq '^[0-9a-f]{32}  sim-model +4 +16 +[1-9][0-9]* +0$' "$dir/ls.out" || fail "ls: $(cat "$dir/ls.out")"
 grep -q "^1 namespaces under \"$prefix\" on redis 127.0.0.1:$port$" "$dir/ls.out" || fail "ls summary: $(cat "$dir/ls.out")"
-ns=$("$kvtool" ls "$url" --prefix "$prefix" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["namespaces"][0]["namespace"])')
+ns=$("$kvtool" ls "$url" --key-prefix "$prefix" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["namespaces"][0]["namespace"])')
 [[ ${#ns} == 32 ]] || fail "ls --json namespace: $ns"
-"$kvtool" ls "$url" --prefix "$prefix" --namespace "$ns" > "$dir/chains.out" || fail "ls --namespace exit"
+"$kvtool" ls "$url" --key-prefix "$prefix" --namespace "$ns" > "$dir/chains.out" || fail "ls --namespace exit"
+# The deprecated spelling --prefix still works, with a note on stderr; not with --key-prefix.
+"$kvtool" ls "$url" --prefix "$prefix" > "$dir/old.out" 2> "$dir/old.err" && cmp -s "$dir/ls.out" "$dir/old.out" &&
+  grep -q '^kvtool: note: --prefix is deprecated: use --key-prefix$' "$dir/old.err" || fail "ls --prefix: $(cat "$dir/old.err")"
+"$kvtool" ls "$url" --prefix "$prefix" --key-prefix "$prefix" > /dev/null 2>&1; rc=$?
+[[ $rc == 1 ]] || fail "ls --prefix --key-prefix: exit $rc"
 grep -Eq '^[1-9][0-9]* chains in namespace' "$dir/chains.out" || fail "chains: $(cat "$dir/chains.out")"
 
 key=$(cli --scan --pattern "${prefix}v1/$ns/c/*" | head -1)

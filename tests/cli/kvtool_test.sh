@@ -240,6 +240,16 @@ else
   echo "SKIP: progress bar on a terminal (no 'script' command)"
 fi
 
+# "~" in a path the shell left alone (quoted, after "--output=") is the home
+# directory, never a directory named "~".
+mkdir -p "$tmp/home" "$tmp/cwd"
+cp "$f16" "$tmp/home/in.safetensors"
+( cd "$tmp/cwd" && HOME="$tmp/home" "$kvtool" inspect '~/in.safetensors' > /dev/null &&
+  HOME="$tmp/home" "$kvtool" convert '~/in.safetensors' --output='~/out.safetensors' --compress -q &&
+  HOME="$tmp/home" "$kvtool" ls '~' > /dev/null ) || fail "paths starting with ~"
+[[ -f $tmp/home/out.safetensors && ! -e $tmp/cwd/~ ]] || fail "~ not expanded: $(ls -A "$tmp/cwd")"
+expect_exit 1 'no user "no-such-user-kvstore"' -- inspect '~no-such-user-kvstore/x.safetensors'
+
 "$kvtool" --version | grep "kvtool" > /dev/null || fail "--version"
 "$kvtool" --help > /dev/null || fail "--help"
 
