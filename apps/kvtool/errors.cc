@@ -71,6 +71,13 @@ std::string TerminalText(std::string_view text, bool keep_lines) {
   return out;
 }
 
+std::string Abbreviated(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return std::string(text.substr(0, cut)) + "...";
+}
+
 int Fail(const kvstore::Status& status) { return Fail(ExitCodeFor(status), status.message()); }
 
 std::string HumanBytes(uint64_t bytes) {

@@ -41,6 +41,11 @@ std::string HumanBytes(uint64_t bytes);
 // `keep_lines` (messages), newlines, tabs and '\' stay.
 std::string TerminalText(std::string_view text, bool keep_lines = false);
 
+// `text` cut to at most `max_bytes` bytes, "..." included, at a character
+// boundary (so a cut never leaves half a UTF-8 sequence to be escaped).
+// REQUIRES: max_bytes >= 3.
+std::string Abbreviated(std::string_view text, size_t max_bytes);
+
 // Prints `value` to stdout, indented by 2, and a newline (--json output).
 void PrintJson(const kvstore::Json& value);
 

@@ -31,7 +31,7 @@ Structure CheckStructure(const std::string& path, const kvstore::PromptCacheInfo
   Structure out;
   for (const kvstore::LayerInfo& l : info.layers) {
     for (const std::string& e : l.errors) {
-      std::fprintf(stderr, "kvtool: %s: layer %zu (%s): %s\n", path.c_str(), l.index, l.class_name.c_str(), e.c_str());
+      (void)Fail(kExitCorruption, path + ": layer " + std::to_string(l.index) + " (" + l.class_name + "): " + e);
     }
     out.broken += l.errors.empty() ? 0 : 1;
     out.unchecked += l.errors.empty() && !l.unsupported.empty() ? 1 : 0;

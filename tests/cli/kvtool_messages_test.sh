@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# kvtool's messages and verdicts: diff of caches that do not line up.
+# kvtool's messages and verdicts: diff of caches that do not line up, escaped
+# file bytes in human output (into a pipe and on a terminal).
 #   kvtool_messages_test.sh KVTOOL FIXTURES_DIR
 set -uo pipefail
 kvtool=$(realpath "$1") fixtures=$(realpath "$2")
@@ -38,6 +39,50 @@ PY
 run diff --json "$f16" "$f16"
 [[ $rc == 0 && $out == *'"comparable": true'* && $out == *'"identical_layers": 4'* && $out == *'"max_abs_error": 0'* ]] ||
   fail "diff --json of a file with itself ($rc): $out"
+
+# ---- Terminal escapes: metadata and file names are anyone's bytes.
+evil=$'evil\e[2J\a.safetensors'
+mkdir "$tmp/dir"
+# A one-token KVCache whose metadata holds terminal escapes, a backslash and a C1 control.
+python3 - "$tmp/dir/$evil" << 'PY'
+import json, struct, sys
+kv = {"dtype": "F16", "shape": [1, 1, 1, 2]}
+header = json.dumps({"__metadata__": {"0.0": "", "2.0": "KVCache", "1.note": "\x1b]0;owned\x07\x1b[31mred\\back",
+                                      "1.k\x9b1m": "v"},
+                     "0.0": dict(kv, data_offsets=[0, 4]), "0.1": dict(kv, data_offsets=[4, 8])}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header + bytes(8))
+PY
+want_meta='  note                 \x1b]0;owned\x07\x1b[31mred\x5cback'
+want_key='  k\xc2\x9b1m'
+for where in pipe terminal; do
+  if [[ $where == pipe ]]; then
+    "$kvtool" inspect "$tmp/dir/$evil" > "$tmp/inspect.out" || fail "inspect of the evil file"
+    "$kvtool" ls "$tmp/dir" > "$tmp/ls.out" || fail "ls"
+  elif command -v script > /dev/null; then
+    script -qec "'$kvtool' inspect '$tmp/dir/$evil'" /dev/null < /dev/null | tr -d '\r' > "$tmp/inspect.out"
+    script -qec "'$kvtool' ls '$tmp/dir'" /dev/null < /dev/null | tr -d '\r' > "$tmp/ls.out"
+  else
+    echo "SKIP: escapes on a terminal (no 'script' command)"
+    continue
+  fi
+  grep -q $'[\e\a]' "$tmp/inspect.out" "$tmp/ls.out" && fail "$where: raw control characters printed"
+  grep -qF -- "$want_meta" "$tmp/inspect.out" || fail "$where: metadata value not escaped: $(cat -v "$tmp/inspect.out")"
+  grep -qF -- "$want_key" "$tmp/inspect.out" || fail "$where: metadata key not escaped: $(cat -v "$tmp/inspect.out")"
+  grep -qF -- 'evil\x1b[2J\x07.safetensors: safetensors, layout mlx-lm' "$tmp/inspect.out" || fail "$where: inspect path"
+  grep -qF -- 'evil\x1b[2J\x07.safetensors' "$tmp/ls.out" || fail "$where: ls name: $(cat -v "$tmp/ls.out")"
+done
+# --json stays exact: the parsed strings are the bytes of the file.
+"$kvtool" inspect --json "$tmp/dir/$evil" > "$tmp/inspect.json" || fail "inspect --json"
+"$kvtool" ls --json "$tmp/dir" > "$tmp/ls.json" || fail "ls --json"
+python3 - "$tmp/inspect.json" "$tmp/ls.json" << 'PY' || fail "--json is not exact"
+import json, sys
+info = json.load(open(sys.argv[1]))
+assert info["metadata"]["note"] == "\x1b]0;owned\x07\x1b[31mred\\back", info["metadata"]
+assert info["metadata"]["k\x9b1m"] == "v", info["metadata"]
+assert info["path"].endswith("evil\x1b[2J\x07.safetensors"), info["path"]
+ls = json.load(open(sys.argv[2]))
+assert [f["name"] for f in ls["files"]] == ["evil\x1b[2J\x07.safetensors"], ls
+PY
 
 if ((failures)); then echo "$failures failures"; exit 1; fi
 echo "kvtool message tests passed"
