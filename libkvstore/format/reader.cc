@@ -1,12 +1,11 @@
 // PromptCacheReader: opens a plain or compressed prompt-cache file, parses
 // its header and layout, and builds layers on demand (docs/format.md §5-6).
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <unordered_set>
 
+#include "kvstore/file_kind.h"
 #include "kvstore/json.h"
-#include "kvstore/llama_state.h"
 #include "libkvstore/format/digests.h"
 #include "libkvstore/format/reader_impl.h"
 #include "libkvstore/io/memory_file.h"
@@ -39,12 +38,13 @@ bool IsKvstoreMetadataKey(std::string_view user_key) {
 
 namespace {
 
-// Another engine's cache file (llama_state.h), named instead of failing the
-// safetensors checks.
-bool IsLlamaState(std::span<const std::byte> bytes) {
-  uint32_t magic = 0;
-  if (bytes.size() >= 4) std::memcpy(&magic, bytes.data(), 4);
-  return magic == kLlamaStateMagic;
+// A file that failed as safetensors (or as a seekable container): named
+// when it looks like a file of another kind, else the error as it is.
+Status NotAPromptCache(const std::string& path, std::span<const std::byte> bytes, const Status& error) {
+  const FileKind kind = RecognizeFileKind(bytes);
+  // A damaged container of ours is reported as such, not as another format.
+  if (kind == FileKind::kUnknown || kind == FileKind::kSeekableZstd) return error.WithPrefix(path);
+  return Status::Corruption(NotSafetensorsMessage(path, kind));
 }
 
 // The most a zstd frame can expand: an RLE block stores up to 128 KiB
@@ -223,17 +223,18 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   r->prefetch = options.prefetch;
   KV_ASSIGN_OR_RETURN(r->file, env->OpenReadable(path));
   r->info.file_bytes = r->file->size();
-  if (IsLlamaState(r->file->data())) {
-    return Status::NotSupported(path + ": a llama.cpp sequence-state file, not a prompt cache (convert it: "
-                                       "kvtool convert FILE -o OUT --model MODEL, docs/llama-cpp.md)");
+  // Another engine's cache, which kvtool reads and converts: NotSupported
+  // here, as a request this reader cannot do.
+  if (RecognizeFileKind(r->file->data()) == FileKind::kLlamaState) {
+    return Status::NotSupported(NotSafetensorsMessage(path, FileKind::kLlamaState));
   }
   if (!IsZstdFrame(r->file->data())) {
     Result<std::shared_ptr<const SafetensorsFile>> st = SafetensorsFile::FromReadable(r->file, options.limits);
-    if (!st.ok()) return st.status().WithPrefix(path);
+    if (!st.ok()) return NotAPromptCache(path, r->file->data(), st.status());
     r->plain = *st;
   } else {
     Result<ZstdSeekableReader> z = ZstdSeekableReader::Open(r->file->data(), LimitsFor(r->file->size()));
-    if (!z.ok()) return z.status().WithPrefix(path);
+    if (!z.ok()) return NotAPromptCache(path, r->file->data(), z.status());
     r->info.compression =
         CompressionInfo{std::string(ZstdCodecName(z->codec())), z->frames().size(), r->file->size()};
     if (options.decompress_at_open) {

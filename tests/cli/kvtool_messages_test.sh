@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kvtool's messages and verdicts: diff of caches that do not line up, escaped
-# file bytes in human output (into a pipe and on a terminal).
+# file bytes in human output (into a pipe and on a terminal), files that are
+# not safetensors named by their first bytes.
 #   kvtool_messages_test.sh KVTOOL FIXTURES_DIR
 set -uo pipefail
 kvtool=$(realpath "$1") fixtures=$(realpath "$2")
@@ -83,6 +84,38 @@ assert info["path"].endswith("evil\x1b[2J\x07.safetensors"), info["path"]
 ls = json.load(open(sys.argv[2]))
 assert [f["name"] for f in ls["files"]] == ["evil\x1b[2J\x07.safetensors"], ls
 PY
+
+# ---- Not a safetensors file: named by its first bytes, with the command that handles it.
+not_st() {  # not_st EXIT FILE WHAT
+  run inspect "$2"
+  [[ $rc == "$1" ]] || fail "inspect $2 exited $rc, want $1: $err"
+  [[ $err == "kvtool: $2: not a safetensors file: it looks like $3"* ]] || fail "inspect $2: $err"
+}
+if command -v zstd > /dev/null; then
+  "$kvtool" convert "$f16" -o "$tmp/bp.safetensors" --compress --codec byteplane -q || fail "byteplane"
+  zstd -q -d -c "$tmp/bp.safetensors" > "$tmp/bp.plain"
+  not_st 3 "$tmp/bp.plain" "a byte-plane compressed prompt cache unpacked by \`zstd -d\`, which cannot undo the byte planes"
+  zstd -q -c "$f16" > "$tmp/f16.safetensors.zst"
+  not_st 3 "$tmp/f16.safetensors.zst" "zstd-compressed data as the zstd tool writes it (kvstore's compressed files end with a seek table); decompress it with \`zstd -d $tmp/f16.safetensors.zst\` first"
+  zstd -q -d -c "$tmp/f16.safetensors.zst" | cmp - "$f16" || fail "the advice does not give the file back"
+else
+  echo "SKIP: zstd cases (no 'zstd' command)"
+fi
+gzip -c "$f16" > "$tmp/f16.safetensors.gz"
+not_st 3 "$tmp/f16.safetensors.gz" "gzip-compressed data; decompress it with \`gzip -d $tmp/f16.safetensors.gz\` first"
+llama=$fixtures/llama.cpp/llama_f32_d16
+not_st 3 "$llama/model/model.gguf" "a GGUF model file, not a cache"
+not_st 3 "$llama/model/config.json" "JSON text, not a cache"
+run verify "$llama/seq_fa1.ggsq"
+[[ $rc == 4 && $err == "kvtool: $llama/seq_fa1.ggsq: not a safetensors file: it looks like a llama.cpp sequence-state (slot) file; \`kvtool inspect $llama/seq_fa1.ggsq\` shows it and \`kvtool convert $llama/seq_fa1.ggsq -o OUT --model MODEL\` converts it (docs/llama-cpp.md)" ]] ||
+  fail "verify of a slot file ($rc): $err"
+# Other commands and ls --all say the same.
+run diff "$tmp/f16.safetensors.gz" "$f16"
+[[ $rc == 3 && $err == *"not a safetensors file: it looks like gzip"* ]] || fail "diff of a gzip file ($rc): $err"
+mkdir "$tmp/mixed" && cp "$tmp/f16.safetensors.gz" "$tmp/mixed/"
+run ls --all "$tmp/mixed"
+[[ $out == *"f16.safetensors.gz"*"(not a cache file: $tmp/mixed/f16.safetensors.gz: not a safetensors file: it looks like gzip"* ]] ||
+  fail "ls --all: $out"
 
 if ((failures)); then echo "$failures failures"; exit 1; fi
 echo "kvtool message tests passed"

@@ -201,7 +201,8 @@ cmp "$f16" "$tmp/bp.plain" || fail "byteplane round trip is not byte-identical"
 if command -v zstd >/dev/null; then
   zstd -q -d -c "$tmp/bp.safetensors" > "$tmp/bp.zstd-d"
   [[ $(head -c 4 "$tmp/bp.zstd-d") == KVBP ]] || fail "zstd -d of a byteplane file does not start with its magic"
-  expect_exit 3 "H2" -- inspect "$tmp/bp.zstd-d"
+  expect_exit 3 "not a safetensors file: it looks like a byte-plane compressed prompt cache unpacked by \`zstd -d\`" \
+    -- inspect "$tmp/bp.zstd-d"
 fi
 
 # diff: a quantized conversion differs, within a bound; JSON has the figures.
