@@ -2,7 +2,8 @@
 // holds, from its header alone (and, for a compressed file, its header
 // frame), and whether every layer can be loaded: everything readable is
 // printed first, then exit 3 for an impossible layer, 4 for one kvstore
-// cannot load (docs/cli.md).
+// cannot load; with --verify, as `kvtool verify`: 3 for a digest mismatch,
+// 4 for a file without digests (docs/cli.md).
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -134,27 +135,24 @@ int RunInspect(const InspectArgs& a) {
   auto reader = kvstore::PromptCacheReader::Open(kvstore::Env::Default(), a.path);
   if (!reader.ok()) return Fail(reader.status());
   const PromptCacheInfo& info = (*reader)->info();
-  std::optional<bool> verified;
-  std::vector<std::string> mismatches;
+  std::optional<kvstore::VerifyReport> report;
   if (a.verify && info.has_digests) {
-    auto report = (*reader)->Verify();
-    if (!report.ok()) return Fail(report.status());
-    verified = report->ok();
-    mismatches = report->mismatches;
+    auto r = (*reader)->Verify();
+    if (!r.ok()) return Fail(r.status());
+    report = std::move(r).value();
   }
+  const std::optional<bool> verified = report ? std::optional(report->ok()) : std::nullopt;
   if (a.json) {
     PrintJson(kvstore::PromptCacheInfoJson(info, a.path, verified));
   } else {
     PrintTable(a.path, info, verified, a.tensors);
   }
   std::fflush(stdout);
-  if (verified && !*verified) {
-    std::string what;
-    for (const auto& m : mismatches) what += (what.empty() ? "" : ", ") + m;
-    return Fail(kExitCorruption, "verification failed: " + what);
-  }
-  // The first impossible layer (exit 3), else what cannot be loaded (exit 4).
+  // As `verify`: mismatches (exit 3), the first impossible layer (3), what
+  // cannot be loaded (4), then a file without digests to verify (4).
+  if (report && !report->ok()) return FailVerification(a.path, *report);
   if (kvstore::Status s = (*reader)->Validate(); !s.ok()) return Fail(s);
+  if (a.verify && !info.has_digests) return FailVerification(a.path, kvstore::VerifyReport{});
   return kExitOk;
 }
 

@@ -1,5 +1,5 @@
-"""The library's messages through Python, word for word as kvtool prints them: files that
-are not safetensors."""
+"""The library's messages through Python, word for word as kvtool prints them: digest
+mismatches, files without digests, files that are not safetensors."""
 
 import gzip
 import os
@@ -30,6 +30,48 @@ def kvtool_message(*args):
     lines = err.splitlines()
     assert lines and all(line.startswith("kvtool: ") for line in lines), err
     return code, "\n".join(line[len("kvtool: "):] for line in lines)
+
+
+def corrupt_copy(tmp_path):
+    """A copy of the F16 fixture with digests, its last tensor's byte flipped."""
+    path = str(tmp_path / "bad.safetensors")
+    kvstore.convert(str(F16), path, integrity=True)
+    data = bytearray(open(path, "rb").read())
+    data[-10] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    return path
+
+
+def test_a_digest_mismatch_reads_the_same_everywhere(tmp_path):
+    path = corrupt_copy(tmp_path)
+    code, want = kvtool_message("verify", "-q", path)
+    assert code == 3
+    assert want.startswith(path + ": tensor '3.1': SHA-256 mismatch: expected "), want
+    assert kvtool_message("inspect", "--verify", path) == (3, want)
+    for call in (lambda: kvstore.verify(path), lambda: kvstore.inspect(path, verify=True),
+                 lambda: kvstore.load(path, verify=True)):
+        with pytest.raises(kvstore.CorruptionError) as e:
+            call()
+        assert str(e.value) == want
+        assert e.value.exit_code == code
+
+
+def test_inspect_verify_without_digests_raises_as_verify(tmp_path):
+    path = str(F16)
+    code, note = kvtool_message("inspect", "--verify", path)
+    assert code == 4 and note.startswith(path + ": the file carries no digests to verify ("), note
+    _, verify_note = kvtool_message("verify", path)
+    assert verify_note.endswith(note)  # verify first reports the structure it checked
+    for call in (lambda: kvstore.verify(path), lambda: kvstore.inspect(path, verify=True)):
+        with pytest.raises(kvstore.FailedPreconditionError) as e:
+            call()
+        assert e.value.exit_code == code
+        assert str(e.value) == path + ": the file carries no digests to verify (save it with integrity=True, " \
+                                      "or convert(..., integrity=True) to add them)"
+    with pytest.raises(kvstore.FailedPreconditionError) as e:
+        kvstore.inspect(path, verify=True)
+    assert e.value.info == kvstore.inspect(path)  # the info kvtool prints before it exits
+    assert e.value.info["integrity"] is None
 
 
 def test_files_that_are_not_safetensors_are_named(tmp_path):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvtool's messages and verdicts: diff of caches that do not line up, escaped
 # file bytes in human output (into a pipe and on a terminal), files that are
-# not safetensors named by their first bytes.
+# not safetensors named by their first bytes, one wording for a digest
+# mismatch (verify, inspect --verify) and for a file without digests.
 #   kvtool_messages_test.sh KVTOOL FIXTURES_DIR
 set -uo pipefail
 kvtool=$(realpath "$1") fixtures=$(realpath "$2")
@@ -116,6 +117,38 @@ mkdir "$tmp/mixed" && cp "$tmp/f16.safetensors.gz" "$tmp/mixed/"
 run ls --all "$tmp/mixed"
 [[ $out == *"f16.safetensors.gz"*"(not a cache file: $tmp/mixed/f16.safetensors.gz: not a safetensors file: it looks like gzip"* ]] ||
   fail "ls --all: $out"
+
+# ---- Verification: one message per mismatch, the same from verify and inspect --verify.
+"$kvtool" convert "$f16" -o "$tmp/d.safetensors" --integrity -q || fail "convert --integrity"
+cp "$tmp/d.safetensors" "$tmp/bad.safetensors"
+size=$(stat -c %s "$tmp/bad.safetensors")
+printf '\xff' | dd of="$tmp/bad.safetensors" bs=1 seek=$((size - 10)) conv=notrunc status=none
+run verify "$tmp/bad.safetensors"
+[[ $rc == 3 ]] || fail "verify of a corrupt file exited $rc"
+verify_err=$err
+[[ $verify_err =~ ^kvtool:\ $tmp/bad.safetensors:\ tensor\ \'3.1\':\ SHA-256\ mismatch:\ expected\ [0-9a-f]{16}\.\.\.,\ found\ [0-9a-f]{16}\.\.\.$ ]] ||
+  fail "verify message: $verify_err"
+# The expected digest is the one the file stores.
+stored=$(python3 -c 'import json,struct,sys
+b=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",b[:8])[0]
+print(json.loads(json.loads(b[8:8+n])["__metadata__"]["1.kvstore_sha256_tensors"])["3.1"][:16])' "$tmp/bad.safetensors")
+[[ $verify_err == *"expected $stored..., found "* ]] || fail "verify does not quote the stored digest $stored: $verify_err"
+run inspect --verify "$tmp/bad.safetensors"
+[[ $rc == 3 && $err == "$verify_err" ]] || fail "inspect --verify ($rc) says '$err', verify says '$verify_err'"
+[[ $out == *"integrity sha256 MISMATCH"* ]] || fail "inspect --verify table: $out"
+# A file without digests: inspect --verify exits 4 with verify's note, after its output.
+run verify "$f16"
+verify_err=$err
+[[ $rc == 4 && $verify_err == *"kvtool: $f16: the file carries no digests to verify (write it with kvstore, or run 'kvtool convert $f16 -o OUT --integrity' to add them)" ]] ||
+  fail "verify without digests ($rc): $verify_err"
+run inspect --verify "$f16"
+[[ $rc == 4 && $err == "kvtool: $f16: the file carries no digests to verify"* && $verify_err == *"$err" ]] ||
+  fail "inspect --verify without digests ($rc): $err"
+[[ $out == *"integrity none"* ]] || fail "inspect --verify without digests printed: $out"
+run inspect --verify --json "$f16"
+[[ $rc == 4 && $out == *'"integrity": null'* ]] || fail "inspect --verify --json without digests ($rc)"
+run inspect "$f16"
+[[ $rc == 0 && -z $err ]] || fail "inspect without --verify ($rc): $err"
 
 if ((failures)); then echo "$failures failures"; exit 1; fi
 echo "kvtool message tests passed"
