@@ -266,7 +266,8 @@ TEST(MlxToLlamaRules, SettingsTravelInTheMetadataAndFlagsWin) {
 TEST(PromptCacheReaders, NameALlamaCppFileInsteadOfFailingSafetensorsChecks) {
   const std::string path = testing::FixturePath("llama.cpp/llama_f32_d16/seq_fa1.ggsq");
   EXPECT_THAT(LoadPromptCache(Env::Default(), path),
-              HasCode(StatusCode::kNotSupported, "a llama.cpp sequence-state file, not a prompt cache"));
+              HasCode(StatusCode::kNotSupported, path + ": not a safetensors file: it looks like a llama.cpp "
+                                                        "sequence-state (slot) file; `kvtool inspect " + path));
   EXPECT_THAT(ReadPromptCacheInfo(Env::Default(), path), HasCode(StatusCode::kNotSupported, "llama.cpp"));
 }
 

@@ -239,7 +239,7 @@ TEST(ConvertTest, CorruptInputFailsEveryConversionAndLeavesTheOutput) {
       options.transform = [](size_t, std::shared_ptr<Cache> layer) { return QuantizeLayer(layer, 64, 8); };
     }
     EXPECT_THAT(ConvertPromptCacheFile(env.get(), c.input, "/out", options),
-                HasCode(StatusCode::kCorruption, "tensor \"1.0\""));
+                HasCode(StatusCode::kCorruption, "tensor '1.0': SHA-256 mismatch"));
     EXPECT_EQ(FileBytes(env.get(), "/out"), testing::Bytes("previous"));
   }
   ConvertOptions unchecked;
@@ -251,7 +251,7 @@ TEST(ConvertTest, CorruptInputFailsEveryConversionAndLeavesTheOutput) {
   EXPECT_THAT(ConvertPromptCacheFile(env.get(), "/bad", "/out", copy), HasCode(StatusCode::kCorruption, "copied to"));
   copy.transform = [](size_t, std::shared_ptr<Cache> layer) { return CastLayer(layer, DType::kF32); };
   Status cast = ConvertPromptCacheFile(env.get(), "/bad", "/out", copy);
-  EXPECT_THAT(cast, HasCode(StatusCode::kCorruption, "tensor \"1.0\""));
+  EXPECT_THAT(cast, HasCode(StatusCode::kCorruption, "tensor '1.0': SHA-256 mismatch"));
   EXPECT_THAT(std::string(cast.message()), ::testing::Not(::testing::HasSubstr("copied to")));
 }
 

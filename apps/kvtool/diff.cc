@@ -1,6 +1,8 @@
 // kvtool diff A B: per-layer max/mean absolute error between two caches
 // (e.g. a file and its quantized conversion). Exit 3 when the caches do not
-// line up, or when --max-error is given and some layer exceeds it.
+// line up (different layer counts; layers of different token counts or
+// tensor shapes, which are not comparable and so never identical), or when
+// --max-error is given and some layer exceeds it.
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
@@ -17,6 +19,25 @@ struct DiffArgs {
   std::optional<double> max_error;
 };
 
+// "37" or "?" (a cache without a scalar offset).
+std::string TokensText(const kvstore::PromptCacheReader& r) {
+  const std::optional<int64_t> t = r.info().tokens();
+  return t ? std::to_string(*t) : "?";
+}
+
+// Why the caches cannot be compared, for the final error: the layer counts,
+// else how many layers do not line up (and the token counts, the usual cause).
+std::string NotComparableMessage(const DiffArgs& args, const kvstore::PromptCacheReader& a,
+                                 const kvstore::PromptCacheReader& b, size_t layers, uint64_t incomparable) {
+  if (a.num_layers() != b.num_layers()) {
+    return "the files hold " + std::to_string(a.num_layers()) + " and " + std::to_string(b.num_layers()) + " layers";
+  }
+  std::string msg = args.a + " and " + args.b + " do not line up: " + std::to_string(incomparable) + " of " +
+                    std::to_string(layers) + " layers are not comparable";
+  if (a.info().tokens() != b.info().tokens()) msg += " (they hold " + TokensText(a) + " and " + TokensText(b) + " tokens)";
+  return msg;
+}
+
 int RunDiff(const DiffArgs& args) {
   kvstore::PromptCacheReader::Options open;
   open.prefetch = true;
@@ -25,13 +46,13 @@ int RunDiff(const DiffArgs& args) {
   auto b = kvstore::PromptCacheReader::Open(kvstore::Env::Default(), args.b, open);
   if (!b.ok()) return Fail(b.status());
   const size_t layers = std::min((*a)->num_layers(), (*b)->num_layers());
-  bool ok = (*a)->num_layers() == (*b)->num_layers();
   Json rows = Json::MakeArray();
   if (!args.json) {
     std::printf("%-5s %-20s %-20s %12s %12s  %s\n", "layer", "class A", "class B", "max_abs", "mean_abs", "note");
   }
   double worst = 0;
-  uint64_t identical = 0;
+  uint64_t identical = 0, incomparable = 0;
+  bool over = false;
   for (size_t i = 0; i < layers; ++i) {
     auto la = (*a)->ReadLayer(i);
     if (!la.ok()) return Fail(la.status());
@@ -39,13 +60,12 @@ int RunDiff(const DiffArgs& args) {
     if (!lb.ok()) return Fail(lb.status());
     auto d = kvstore::DiffLayers(*la, *lb);
     if (!d.ok()) return Fail(d.status());
-    const bool over = args.max_error && d->max_abs_error > *args.max_error;
-    ok = ok && d->comparable && !over;
+    over = over || (args.max_error && d->max_abs_error > *args.max_error);
     worst = std::max(worst, d->max_abs_error);
     identical += d->identical;
-    const std::string note = !d->comparable ? "not comparable: " + d->mismatch
-                             : d->identical ? "identical"
-                             : !d->same_meta ? "meta state differs" : "";
+    incomparable += !d->comparable;
+    // A layer that does not line up has no error figures: none was measured.
+    const auto figure = [&](double v) { return d->comparable ? Json(v) : Json(); };
     if (args.json) {
       Json r = Json::MakeObject();
       r["index"] = Json(static_cast<int64_t>(i));
@@ -54,35 +74,48 @@ int RunDiff(const DiffArgs& args) {
       r["comparable"] = Json(d->comparable);
       r["identical"] = Json(d->identical);
       r["same_meta_state"] = Json(d->same_meta);
-      r["values"] = Json(d->values);
-      r["max_abs_error"] = Json(d->max_abs_error);
-      r["mean_abs_error"] = Json(d->mean_abs_error);
+      r["values"] = d->comparable ? Json(d->values) : Json();
+      r["max_abs_error"] = figure(d->max_abs_error);
+      r["mean_abs_error"] = figure(d->mean_abs_error);
       if (!d->comparable) r["mismatch"] = Json(d->mismatch);
       rows.Push(std::move(r));
     } else {
-      std::printf("%-5zu %-20s %-20s %12.6g %12.6g  %s\n", i, d->class_a.c_str(), d->class_b.c_str(),
-                  d->max_abs_error, d->mean_abs_error, note.c_str());
+      const std::string note = !d->comparable ? "not comparable: " + d->mismatch
+                               : d->identical ? "identical"
+                               : !d->same_meta ? "meta state differs" : "";
+      char max_abs[32] = "-", mean_abs[32] = "-";
+      if (d->comparable) {
+        std::snprintf(max_abs, sizeof(max_abs), "%.6g", d->max_abs_error);
+        std::snprintf(mean_abs, sizeof(mean_abs), "%.6g", d->mean_abs_error);
+      }
+      std::printf("%-5zu %-20s %-20s %12s %12s  %s\n", i, TerminalText(d->class_a).c_str(),
+                  TerminalText(d->class_b).c_str(), max_abs, mean_abs, TerminalText(note).c_str());
     }
   }
+  const bool comparable = incomparable == 0 && (*a)->num_layers() == (*b)->num_layers();
+  const bool measured = incomparable < layers;  // some layer has error figures
   if (args.json) {
     Json out = Json::MakeObject();
     out["a"] = Json(args.a);
     out["b"] = Json(args.b);
     out["layers_a"] = Json(static_cast<int64_t>((*a)->num_layers()));
     out["layers_b"] = Json(static_cast<int64_t>((*b)->num_layers()));
+    out["tokens_a"] = (*a)->info().tokens() ? Json(*(*a)->info().tokens()) : Json();
+    out["tokens_b"] = (*b)->info().tokens() ? Json(*(*b)->info().tokens()) : Json();
+    out["comparable"] = Json(comparable);
     out["identical_layers"] = Json(identical);
-    out["max_abs_error"] = Json(worst);
+    out["not_comparable_layers"] = Json(incomparable);
+    out["max_abs_error"] = measured ? Json(worst) : Json();
     out["layers"] = std::move(rows);
     PrintJson(out);
   } else {
-    std::printf("%zu layers compared, %llu identical, max abs error %.6g\n", layers,
-                static_cast<unsigned long long>(identical), worst);
+    std::printf("%zu layers compared, %llu identical", layers, static_cast<unsigned long long>(identical));
+    if (incomparable > 0) std::printf(", %llu not comparable", static_cast<unsigned long long>(incomparable));
+    if (measured) std::printf(", max abs error %.6g", worst);
+    std::printf("\n");
   }
-  if ((*a)->num_layers() != (*b)->num_layers()) {
-    return Fail(kExitCorruption, "the files hold " + std::to_string((*a)->num_layers()) + " and " +
-                                     std::to_string((*b)->num_layers()) + " layers");
-  }
-  if (!ok) return Fail(kExitCorruption, args.max_error ? "the caches differ beyond --max-error" : "the caches do not line up");
+  if (!comparable) return Fail(kExitCorruption, NotComparableMessage(args, **a, **b, layers, incomparable));
+  if (over) return Fail(kExitCorruption, "the caches differ beyond --max-error");
   return kExitOk;
 }
 

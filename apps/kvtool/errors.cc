@@ -24,6 +24,9 @@ int ExitCodeFor(const kvstore::Status& status) {
 int Fail(int code, std::string_view message) {
   // Messages quote keys, class names and metadata read from hostile input.
   const std::string text = TerminalText(message, /*keep_lines=*/true);
+  // What was printed comes before the error, also when both go to one pipe.
+  std::cout.flush();
+  std::fflush(stdout);
   std::fprintf(stderr, "kvtool: %s\n", text.c_str());
   return code;
 }
@@ -70,6 +73,13 @@ std::string TerminalText(std::string_view text, bool keep_lines) {
     }
   }
   return out;
+}
+
+std::string Abbreviated(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes - 3;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a continuation byte
+  return std::string(text.substr(0, cut)) + "...";
 }
 
 int Fail(const kvstore::Status& status) { return Fail(ExitCodeFor(status), status.message()); }

@@ -2,7 +2,8 @@
 // holds, from its header alone (and, for a compressed file, its header
 // frame), and whether every layer can be loaded: everything readable is
 // printed first, then exit 3 for an impossible layer, 4 for one kvstore
-// cannot load (docs/cli.md).
+// cannot load; with --verify, as `kvtool verify`: 3 for a digest mismatch,
+// 4 for a file without digests (docs/cli.md).
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -19,9 +20,11 @@ using kvstore::LayerInfo;
 using kvstore::MetaState;
 using kvstore::PromptCacheInfo;
 
+// The meta state as JSON (which already escapes control characters below
+// U+0020 and keeps its own backslashes), shortened, with DEL, C1 controls
+// and anything else a terminal would act on escaped.
 std::string MetaText(const MetaState& m) {
-  std::string s = kvstore::MetaStateJson(m).Dump();
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  return TerminalText(Abbreviated(kvstore::MetaStateJson(m).Dump(), 40), /*keep_lines=*/true);
 }
 
 // What the layer holds: its tensors grouped by dtype and shape in order of
@@ -62,12 +65,13 @@ int TensorsWidth(const std::vector<LayerInfo>& layers, const std::string& indent
 
 void PrintLayer(const LayerInfo& layer, const std::string& indent, int width, bool tensors) {
   const std::optional<int64_t>& offset = layer.offset;
-  std::printf("%s%-5zu %-22s %8s  %-*s %10s  %s\n", indent.c_str(), layer.index, layer.class_name.c_str(),
-              offset ? std::to_string(*offset).c_str() : "-", width - static_cast<int>(indent.size()),
+  std::printf("%s%-5zu %-22s %8s  %-*s %10s  %s\n", indent.c_str(), layer.index,
+              TerminalText(layer.class_name).c_str(), offset ? std::to_string(*offset).c_str() : "-",
+              width - static_cast<int>(indent.size()),
               Describe(layer).c_str(), HumanBytes(LayerBytes(layer)).c_str(), MetaText(layer.meta_state).c_str());
   if (tensors && layer.children.empty()) {
     for (const auto& t : layer.tensors) {
-      std::printf("%s      %-20s %-5s %-22s %10s\n", indent.c_str(), t.name.c_str(),
+      std::printf("%s      %-20s %-5s %-22s %10s\n", indent.c_str(), TerminalText(t.name).c_str(),
                   std::string(kvstore::DTypeName(t.dtype)).c_str(), kvstore::ShapeToString(t.shape).c_str(),
                   HumanBytes(t.nbytes).c_str());
     }
@@ -77,10 +81,11 @@ void PrintLayer(const LayerInfo& layer, const std::string& indent, int width, bo
 
 void PrintNotes(const LayerInfo& l, const std::string& where) {
   for (const std::string& e : l.errors) {
-    std::printf("error: %s%zu (%s): %s\n", where.c_str(), l.index, l.class_name.c_str(), e.c_str());
+    std::printf("error: %s%zu (%s): %s\n", where.c_str(), l.index, TerminalText(l.class_name).c_str(),
+                TerminalText(e).c_str());
   }
   if (!l.unsupported.empty()) {
-    std::printf("note: %s%zu cannot be loaded: %s\n", where.c_str(), l.index, l.unsupported.c_str());
+    std::printf("note: %s%zu cannot be loaded: %s\n", where.c_str(), l.index, TerminalText(l.unsupported).c_str());
   }
   for (const LayerInfo& c : l.children) PrintNotes(c, where + std::to_string(l.index) + " child ");
 }
@@ -95,20 +100,23 @@ void PrintTable(const std::string& path, const PromptCacheInfo& info, std::optio
     std::snprintf(buf, sizeof(buf), ", ratio %.2fx", static_cast<double>(info.tensor_bytes) / info.file_bytes);
     ratio = buf;
   }
-  std::printf("%s: %s, layout %s, %zu layers, %s tokens, %s payload in %s%s, integrity %s\n", path.c_str(),
-              info.format().c_str(), std::string(kvstore::LayoutName(info.layout)).c_str(), info.layers.size(),
-              tokens >= 0 ? std::to_string(tokens).c_str() : "?", HumanBytes(info.tensor_bytes).c_str(),
-              HumanBytes(info.file_bytes).c_str(), ratio.c_str(), integrity.c_str());
+  std::printf("%s: %s, layout %s, %zu layers, %s tokens, %s payload in %s%s, integrity %s\n",
+              TerminalText(path).c_str(), info.format().c_str(), std::string(kvstore::LayoutName(info.layout)).c_str(),
+              info.layers.size(), tokens >= 0 ? std::to_string(tokens).c_str() : "?",
+              HumanBytes(info.tensor_bytes).c_str(), HumanBytes(info.file_bytes).c_str(), ratio.c_str(),
+              integrity.c_str());
   const int width = TensorsWidth(info.layers, "");
   std::printf("%-5s %-22s %8s  %-*s %10s  %s\n", "layer", "class", "offset", width, "tensors", "bytes", "meta_state");
   for (const LayerInfo& l : info.layers) PrintLayer(l, "", width, tensors);
   for (const LayerInfo& l : info.layers) PrintNotes(l, "layer ");
-  if (!info.unsupported.empty()) std::printf("note: the file cannot be loaded: %s\n", info.unsupported.c_str());
+  if (!info.unsupported.empty()) {
+    std::printf("note: the file cannot be loaded: %s\n", TerminalText(info.unsupported).c_str());
+  }
   if (!info.user_metadata.empty()) {
     std::printf("metadata:\n");
+    // Keys and values are anyone's bytes: escaped, whatever stdout is.
     for (const auto& [k, v] : info.user_metadata) {
-      std::string shown = v.size() > 60 ? v.substr(0, 57) + "..." : v;
-      std::printf("  %-20s %s\n", k.c_str(), shown.c_str());
+      std::printf("  %-20s %s\n", TerminalText(k).c_str(), TerminalText(Abbreviated(v, 60)).c_str());
     }
   }
 }
@@ -127,27 +135,24 @@ int RunInspect(const InspectArgs& a) {
   auto reader = kvstore::PromptCacheReader::Open(kvstore::Env::Default(), a.path);
   if (!reader.ok()) return Fail(reader.status());
   const PromptCacheInfo& info = (*reader)->info();
-  std::optional<bool> verified;
-  std::vector<std::string> mismatches;
+  std::optional<kvstore::VerifyReport> report;
   if (a.verify && info.has_digests) {
-    auto report = (*reader)->Verify();
-    if (!report.ok()) return Fail(report.status());
-    verified = report->ok();
-    mismatches = report->mismatches;
+    auto r = (*reader)->Verify();
+    if (!r.ok()) return Fail(r.status());
+    report = std::move(r).value();
   }
+  const std::optional<bool> verified = report ? std::optional(report->ok()) : std::nullopt;
   if (a.json) {
     PrintJson(kvstore::PromptCacheInfoJson(info, a.path, verified));
   } else {
     PrintTable(a.path, info, verified, a.tensors);
   }
   std::fflush(stdout);
-  if (verified && !*verified) {
-    std::string what;
-    for (const auto& m : mismatches) what += (what.empty() ? "" : ", ") + m;
-    return Fail(kExitCorruption, "verification failed: " + what);
-  }
-  // The first impossible layer (exit 3), else what cannot be loaded (exit 4).
+  // As `verify`: mismatches (exit 3), the first impossible layer (3), what
+  // cannot be loaded (4), then a file without digests to verify (4).
+  if (report && !report->ok()) return FailVerification(a.path, *report);
   if (kvstore::Status s = (*reader)->Validate(); !s.ok()) return Fail(s);
+  if (a.verify && !info.has_digests) return FailVerification(a.path, kvstore::VerifyReport{});
   return kExitOk;
 }
 

@@ -35,6 +35,11 @@ int Fail(int code, std::string_view message);
 // "1.5 MiB"
 std::string HumanBytes(uint64_t bytes);
 
+// How `verify` and `inspect --verify` end a verification: each digest
+// mismatch on its own line, the library's DigestMismatch message (exit 3);
+// no digests: the library's note and how to add them (exit 4); else kExitOk.
+int FailVerification(const std::string& path, const kvstore::VerifyReport& report);
+
 // `text` (bytes from a file or a store: hostile) safe to print to a
 // terminal: well-formed UTF-8 of printable characters as it is; control
 // characters (C0, DEL, C1), malformed bytes and '\' as \xNN. With
@@ -45,6 +50,11 @@ std::string TerminalText(std::string_view text, bool keep_lines = false);
 // would (kvstore::ExpandUserPath), for the paths a shell leaves alone
 // ("--output=~/x", quoted ones); a usage error when it cannot be.
 CLI::Validator UserPath();
+
+// `text` cut to at most `max_bytes` bytes, "..." included, at a character
+// boundary (so a cut never leaves half a UTF-8 sequence to be escaped).
+// REQUIRES: max_bytes >= 3.
+std::string Abbreviated(std::string_view text, size_t max_bytes);
 
 // Prints `value` to stdout, indented by 2, and a newline (--json output).
 void PrintJson(const kvstore::Json& value);

@@ -42,7 +42,8 @@ int RunLs(const LsArgs& a) {
         s["error"] = Json(std::string(info.status().message()));
         skipped.Push(std::move(s));
       } else if (a.all) {
-        std::printf("%-36s (not a cache file: %s)\n", name.c_str(), std::string(info.status().message()).c_str());
+        std::printf("%-36s (not a cache file: %s)\n", TerminalText(name).c_str(),
+                    TerminalText(info.status().message()).c_str());
       }
       continue;
     }
@@ -62,7 +63,8 @@ int RunLs(const LsArgs& a) {
       f["integrity"] = info->has_digests ? Json("sha256") : Json();
       files.Push(std::move(f));
     } else {
-      std::printf("%-36s %-28s %-13s %6zu %8s %10s  %s\n", name.c_str(), format.c_str(), layout.c_str(),
+      // File names are anyone's bytes (a downloaded file): escaped, whatever stdout is.
+      std::printf("%-36s %-28s %-13s %6zu %8s %10s  %s\n", TerminalText(name).c_str(), format.c_str(), layout.c_str(),
                   info->layers.size(), tokens >= 0 ? std::to_string(tokens).c_str() : "-",
                   HumanBytes(info->file_bytes).c_str(), info->has_digests ? "sha256" : "none");
     }

@@ -173,7 +173,10 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
       layers.Push(std::move(l));
     }
     j["layers"] = std::move(layers);
-    if (verify) j["verified"] = Json(verified.ok());
+    if (verify) {
+      j["verified"] = Json(verified.ok());
+      j["seal_checked"] = Json(verified.ok() && !secret->empty());
+    }
     PrintJson(j);
   } else {
     // Everything but the counts comes from the value: printed escaped.
@@ -198,7 +201,13 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
       std::printf("%-6zu %-8s %-18s %s\n", i, TerminalText(info->layers[i]).c_str(),
                   TerminalText(info->classes[i]).c_str(), tensors.c_str());
     }
-    if (verify && verified.ok()) std::printf("verified: digests%s match\n", secret->empty() ? "" : " and seal");
+    if (verify && verified.ok()) {
+      // Digests alone prove nothing against a writer who recomputes them.
+      std::printf("verified: %s\n", !secret->empty() ? "digests and seal match"
+                                    : info->sealed    ? "digests match; seal NOT checked (no secret: give "
+                                                        "--secret-file F or set KVSTORE_SHARED_SECRET)"
+                                                      : "digests match; the value carries no seal");
+    }
   }
   return verified.ok() ? kExitOk : Fail(verified);
 }

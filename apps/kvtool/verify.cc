@@ -31,7 +31,7 @@ Structure CheckStructure(const std::string& path, const kvstore::PromptCacheInfo
   Structure out;
   for (const kvstore::LayerInfo& l : info.layers) {
     for (const std::string& e : l.errors) {
-      std::fprintf(stderr, "kvtool: %s: layer %zu (%s): %s\n", path.c_str(), l.index, l.class_name.c_str(), e.c_str());
+      (void)Fail(kExitCorruption, path + ": layer " + std::to_string(l.index) + " (" + l.class_name + "): " + e);
     }
     out.broken += l.errors.empty() ? 0 : 1;
     out.unchecked += l.errors.empty() && !l.unsupported.empty() ? 1 : 0;
@@ -48,30 +48,40 @@ int RunVerify(const VerifyArgs& a) {
   const Structure structure = CheckStructure(a.path, info);
   if (!info.has_digests) {
     if (structure.broken > 0) return kExitCorruption;
-    if (!a.quiet) std::printf("%s: %s\n", a.path.c_str(), structure.Summary(info.layers.size()).c_str());
+    if (!a.quiet) {
+      std::printf("%s: %s\n", TerminalText(a.path).c_str(), structure.Summary(info.layers.size()).c_str());
+    }
     std::fflush(stdout);
-    return Fail(kExitUnsupported, a.path + ": the file carries no digests (write it with kvstore, or run "
-                                           "'kvtool convert " + a.path + " -o OUT --integrity' to add them)");
+    return FailVerification(a.path, kvstore::VerifyReport{});
   }
   ProgressBar bar("verify", a.quiet);
   auto report = (*reader)->Verify(a.threads, bar.Callback());
   bar.Done();
   if (!report.ok()) return Fail(report.status());
-  for (const std::string& m : report->mismatches) {
-    std::fprintf(stderr, "kvtool: %s: digest mismatch in %s\n", a.path.c_str(),
-                 m == "header" ? "the header" : ("tensor \"" + m + "\"").c_str());
-  }
-  if (structure.broken > 0 || !report->mismatches.empty()) return kExitCorruption;
+  if (!report->mismatches.empty()) return FailVerification(a.path, *report);
+  if (structure.broken > 0) return kExitCorruption;
   // Intact, but a layer kvstore cannot load cannot have its structure checked.
   if (kvstore::Status s = (*reader)->Validate(); !s.ok()) return Fail(s);
   if (!a.quiet) {
-    std::printf("%s: OK (%s, %s verified)\n", a.path.c_str(), structure.Summary(info.layers.size()).c_str(),
-                HumanBytes(report->bytes_hashed).c_str());
+    std::printf("%s: OK (%s, %s verified)\n", TerminalText(a.path).c_str(),
+                structure.Summary(info.layers.size()).c_str(), HumanBytes(report->bytes_hashed).c_str());
   }
   return kExitOk;
 }
 
 }  // namespace
+
+int FailVerification(const std::string& path, const kvstore::VerifyReport& report) {
+  if (!report.has_digests) {
+    return Fail(kExitUnsupported, std::string(report.ToStatus(path).message()) +
+                                      " (write it with kvstore, or run 'kvtool convert " + path +
+                                      " -o OUT --integrity' to add them)");
+  }
+  // The library's message for each mismatch, one line each (not capped as
+  // ToStatus's single message is).
+  for (const kvstore::DigestMismatch& m : report.mismatches) (void)Fail(kExitCorruption, m.Message(path));
+  return report.mismatches.empty() ? kExitOk : kExitCorruption;
+}
 
 Runner RegisterVerify(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();

@@ -16,10 +16,13 @@ namespace kvstore {
 struct LayerDiff {
   std::string class_a, class_b;
   // False when the states do not line up (different tensor counts or
-  // shapes); `mismatch` then says where, and the error fields are zero.
+  // shapes, e.g. caches of different token counts); `mismatch` then says
+  // where, `identical` is false and the error fields are zero (not measured).
   bool comparable = true;
   std::string mismatch;
-  bool identical = false;   // every tensor has the same dtype, shape and bytes
+  // Same classes and every tensor has the same dtype, shape and bytes;
+  // never true when the layers are not comparable.
+  bool identical = false;
   bool same_meta = false;   // equal meta states (after dequantizing, if done)
   uint64_t values = 0;      // elements compared
   double max_abs_error = 0;

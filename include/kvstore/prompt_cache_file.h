@@ -35,6 +35,7 @@
 #include "kvstore/cache.h"
 #include "kvstore/env.h"
 #include "kvstore/safetensors.h"
+#include "kvstore/sha256.h"
 #include "kvstore/status.h"
 #include "kvstore/zstd_seekable.h"
 
@@ -196,11 +197,38 @@ SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info);
 
 // ---- Verification ----
 
+// One failed SHA-256 check (docs/format.md §5.4).
+struct DigestMismatch {
+  std::string tensor;  // the tensor's name; empty for the header
+  // The stored digest; nullopt when the file stores none for the tensor, or
+  // its digest entries cannot be read.
+  std::optional<Sha256Digest> expected;
+  // The digest of the bytes; nullopt for a stored digest of a tensor the
+  // file does not hold.
+  std::optional<Sha256Digest> found;
+
+  // The one message every front end prints for it (kvtool verify, kvtool
+  // inspect --verify, the Python package, verified loads and conversions):
+  //   "<path>: tensor '0.1': SHA-256 mismatch: expected 5f70bf18a0860070...,
+  //    found 9f3e2d1c0b4a5968..."
+  // Digests are shortened to their first 16 hex digits; "the header"
+  // replaces the tensor; a missing digest reads "(no valid digest stored)",
+  // a missing tensor "(no such tensor)".
+  std::string Message(std::string_view path) const;
+};
+
 struct VerifyReport {
   bool has_digests = false;
-  std::vector<std::string> mismatches;  // "header" or tensor names
+  std::vector<DigestMismatch> mismatches;  // the header first, then tensors in header order
   uint64_t bytes_hashed = 0;
   bool ok() const { return has_digests && mismatches.empty(); }
+
+  // What the verification of the file at `path` amounts to: OK when ok();
+  // FailedPrecondition "<path>: the file carries no digests to verify"
+  // without digests; else Corruption whose message is the mismatches'
+  // Messages, one per line (at most 8, then "<path>: N more digest
+  // mismatches").
+  Status ToStatus(std::string_view path) const;
 };
 
 // PromptCacheReader::Validate of the file at `path`: reads the header (for a

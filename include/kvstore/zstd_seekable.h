@@ -40,6 +40,12 @@ namespace kvstore {
 
 // True when `prefix` starts with the zstd frame magic (0xFD2FB528).
 bool IsZstdFrame(std::span<const std::byte> prefix);
+// True when `file` ends with the seekable format's footer magic
+// (0x8F92EAB1): kvstore's container, not a stream the zstd tool writes.
+bool HasSeekTableFooter(std::span<const std::byte> file);
+// True when `prefix` starts with the byte-plane magic "KVBP" 01 02 00 00:
+// the content of a byte-plane container, as `zstd -d` unpacks it.
+bool IsBytePlaneContent(std::span<const std::byte> prefix);
 
 enum class ZstdCodec { kZstd, kBytePlane };
 std::string_view ZstdCodecName(ZstdCodec codec);  // "zstd", "zstd-byteplane"

@@ -62,6 +62,17 @@ Result<std::vector<NamedArray>> Flat(const std::shared_ptr<Cache>& c) {
   return all;
 }
 
+// Layers that do not line up: nothing was measured, so nothing is identical.
+LayerDiff NotComparable(LayerDiff out, std::string mismatch) {
+  out.comparable = false;
+  out.mismatch = std::move(mismatch);
+  out.identical = false;
+  out.values = 0;
+  out.max_abs_error = 0;
+  out.mean_abs_error = 0;
+  return out;
+}
+
 }  // namespace
 
 Result<LayerDiff> DiffLayers(const std::shared_ptr<Cache>& a, const std::shared_ptr<Cache>& b) {
@@ -74,9 +85,7 @@ Result<LayerDiff> DiffLayers(const std::shared_ptr<Cache>& a, const std::shared_
   KV_ASSIGN_OR_RETURN(std::vector<NamedArray> fa, Flat(da));
   KV_ASSIGN_OR_RETURN(std::vector<NamedArray> fb, Flat(db));
   if (fa.size() != fb.size()) {
-    out.comparable = false;
-    out.mismatch = std::to_string(fa.size()) + " vs " + std::to_string(fb.size()) + " tensors";
-    return out;
+    return NotComparable(std::move(out), std::to_string(fa.size()) + " vs " + std::to_string(fb.size()) + " tensors");
   }
   out.identical = out.class_a == out.class_b;
   Accumulator acc;
@@ -84,9 +93,7 @@ Result<LayerDiff> DiffLayers(const std::shared_ptr<Cache>& a, const std::shared_
     const Array& x = fa[i].array;
     const Array& y = fb[i].array;
     if (x.shape() != y.shape()) {
-      out.comparable = false;
-      out.mismatch = "state" + fa[i].name + ": " + x.Describe() + " vs " + y.Describe();
-      return out;
+      return NotComparable(std::move(out), "state" + fa[i].name + ": " + x.Describe() + " vs " + y.Describe());
     }
     const bool equal = x.ContentEquals(y);
     if (!equal) out.identical = false;
@@ -95,9 +102,8 @@ Result<LayerDiff> DiffLayers(const std::shared_ptr<Cache>& a, const std::shared_
         acc.values += static_cast<uint64_t>(x.numel());
         continue;
       }
-      out.comparable = false;
-      out.mismatch = "state" + fa[i].name + ": " + x.Describe() + " differs and has no numeric comparison";
-      return out;
+      return NotComparable(std::move(out),
+                           "state" + fa[i].name + ": " + x.Describe() + " differs and has no numeric comparison");
     }
     Accumulate(x, y, acc);
   }

@@ -43,6 +43,14 @@ bool IsZstdFrame(std::span<const std::byte> prefix) {
   return prefix.size() >= 4 && LoadU32(prefix.data()) == kZstdMagic;
 }
 
+bool HasSeekTableFooter(std::span<const std::byte> file) {
+  return file.size() >= kFooterSize && LoadU32(file.data() + file.size() - 4) == kSeekableMagic;
+}
+
+bool IsBytePlaneContent(std::span<const std::byte> prefix) {
+  return prefix.size() >= kMagicSize && std::memcmp(prefix.data(), kBytePlaneMagic, kMagicSize) == 0;
+}
+
 std::string_view ZstdCodecName(ZstdCodec codec) {
   return codec == ZstdCodec::kBytePlane ? "zstd-byteplane" : "zstd";
 }

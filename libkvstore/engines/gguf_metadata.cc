@@ -10,7 +10,6 @@ namespace kvstore::engines {
 namespace {
 
 constexpr std::string_view kWhat = "GGUF";
-constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" as a little-endian u32
 
 enum GgufType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,

@@ -75,8 +75,7 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
       const std::string& name = r.header.tensors[*i].name;
       auto it = r.digests.find(name);
       // A tensor the digest list leaves out cannot be vouched for.
-      if (it == r.digests.end()) return ExpectedDigest{Sha256Digest(), "tensor \"" + name + "\" of " + in, false};
-      return ExpectedDigest{it->second, "tensor \"" + name + "\" of " + in, true};
+      return ExpectedDigest{it == r.digests.end() ? std::nullopt : std::optional(it->second), in, name};
     };
   }
   SavePromptCacheOptions save = options.output;

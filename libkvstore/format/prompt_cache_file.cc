@@ -8,17 +8,34 @@
 namespace kvstore {
 namespace {
 
-std::string MismatchMessage(const VerifyReport& r) {
-  std::string msg = "integrity check failed for ";
-  for (size_t i = 0; i < r.mismatches.size() && i < 8; ++i) {
-    if (i > 0) msg += ", ";
-    msg += r.mismatches[i] == "header" ? "the header" : "tensor \"" + r.mismatches[i] + "\"";
-  }
-  if (r.mismatches.size() > 8) msg += " and " + std::to_string(r.mismatches.size() - 8) + " more";
-  return msg;
-}
+// The first 16 hex digits: enough to tell two digests apart, short enough
+// for one line.
+std::string ShortDigest(const Sha256Digest& d) { return d.ToHex().substr(0, 16) + "..."; }
+
+// Mismatches listed in one Corruption message; the rest are counted.
+constexpr size_t kMismatchesListed = 8;
 
 }  // namespace
+
+std::string DigestMismatch::Message(std::string_view path) const {
+  return std::string(path) + ": " + (tensor.empty() ? "the header" : "tensor '" + tensor + "'") +
+         ": SHA-256 mismatch: expected " + (expected ? ShortDigest(*expected) : "(no valid digest stored)") +
+         ", found " + (found ? ShortDigest(*found) : "(no such tensor)");
+}
+
+Status VerifyReport::ToStatus(std::string_view path) const {
+  if (!has_digests) return Status::FailedPrecondition(std::string(path) + ": the file carries no digests to verify");
+  if (mismatches.empty()) return Status::OK();
+  std::string msg;
+  for (size_t i = 0; i < mismatches.size() && i < kMismatchesListed; ++i) {
+    msg += (i > 0 ? "\n" : "") + mismatches[i].Message(path);
+  }
+  if (mismatches.size() > kMismatchesListed) {
+    msg += "\n" + std::string(path) + ": " + std::to_string(mismatches.size() - kMismatchesListed) +
+           " more digest mismatches";
+  }
+  return Status::Corruption(msg);
+}
 
 Status SavePromptCache(Env* env, const std::string& path, const PromptCache& cache,
                        const Metadata& user_metadata, const SavePromptCacheOptions& options) {
@@ -47,8 +64,7 @@ Result<LoadedPromptCache> LoadPromptCache(Env* env, const std::string& path, con
   if (!info.unsupported.empty()) return Status::NotSupported(path + ": " + info.unsupported);
   if (options.verify) {
     KV_ASSIGN_OR_RETURN(VerifyReport report, reader->Verify(options.threads));
-    if (!report.has_digests) return Status::FailedPrecondition(path + ": the file carries no digests to verify");
-    if (!report.mismatches.empty()) return Status::Corruption(path + ": " + MismatchMessage(report));
+    KV_RETURN_IF_ERROR(report.ToStatus(path));
     out.verified = true;
   }
   // Impossible layers are refused before any layer is built.

@@ -1,12 +1,11 @@
 // PromptCacheReader: opens a plain or compressed prompt-cache file, parses
 // its header and layout, and builds layers on demand (docs/format.md §5-6).
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <unordered_set>
 
+#include "kvstore/file_kind.h"
 #include "kvstore/json.h"
-#include "kvstore/llama_state.h"
 #include "libkvstore/format/digests.h"
 #include "libkvstore/format/reader_impl.h"
 #include "libkvstore/io/memory_file.h"
@@ -39,12 +38,13 @@ bool IsKvstoreMetadataKey(std::string_view user_key) {
 
 namespace {
 
-// Another engine's cache file (llama_state.h), named instead of failing the
-// safetensors checks.
-bool IsLlamaState(std::span<const std::byte> bytes) {
-  uint32_t magic = 0;
-  if (bytes.size() >= 4) std::memcpy(&magic, bytes.data(), 4);
-  return magic == kLlamaStateMagic;
+// A file that failed as safetensors (or as a seekable container): named
+// when it looks like a file of another kind, else the error as it is.
+Status NotAPromptCache(const std::string& path, std::span<const std::byte> bytes, const Status& error) {
+  const FileKind kind = RecognizeFileKind(bytes);
+  // A damaged container of ours is reported as such, not as another format.
+  if (kind == FileKind::kUnknown || kind == FileKind::kSeekableZstd) return error.WithPrefix(path);
+  return Status::Corruption(NotSafetensorsMessage(path, kind));
 }
 
 // The most a zstd frame can expand: an RLE block stores up to 128 KiB
@@ -92,23 +92,28 @@ LayerInfo DescribeLayer(const ParsedLayer& layer, size_t index, const Safetensor
 void ReadDigests(ReaderImpl& r) {
   auto tensors_json = r.header.FindMetadata(kTensorDigestsMetaKey);
   auto header_hex = r.header.FindMetadata(kHeaderDigestMetaKey);
+  if (!tensors_json && !header_hex) return;  // no digests
+  r.header_digest_found = Sha256(std::string_view(CanonicalHeader(r.header.tensors, r.header.metadata)));
   if (!tensors_json || !header_hex) return;
   Result<std::map<std::string, Sha256Digest>> parsed = DigestsFromJson(*tensors_json);
   std::optional<Sha256Digest> want = Sha256Digest::FromHex(*header_hex);
   if (!parsed.ok() || !want) return;
   r.digests = std::move(parsed).value();
   r.digests_readable = true;
-  r.header_digest_ok = Sha256(std::string_view(CanonicalHeader(r.header.tensors, r.header.metadata))) == *want;
+  r.header_digest_stored = want;
+  r.header_digest_ok = r.header_digest_found == *want;
 }
 
 }  // namespace
 
 Status PromptCacheReader::Impl::CheckHeaderDigest() const {
   if (!parsed.has_digests) return Status::FailedPrecondition(path + ": the file carries no digests to verify");
-  if (!digests_readable || !header_digest_ok) {
-    return Status::Corruption(path + ": integrity check failed for the header");
-  }
+  if (!digests_readable || !header_digest_ok) return Status::Corruption(HeaderMismatch().Message(path));
   return Status::OK();
+}
+
+DigestMismatch PromptCacheReader::Impl::HeaderMismatch() const {
+  return DigestMismatch{.tensor = "", .expected = header_digest_stored, .found = header_digest_found};
 }
 
 Result<TensorArrays> PromptCacheReader::Impl::Fetch(const std::vector<size_t>& indices) const {
@@ -145,8 +150,9 @@ Result<TensorArrays> PromptCacheReader::Impl::Fetch(const std::vector<size_t>& i
   return arrays;
 }
 
-std::vector<size_t> PromptCacheReader::Impl::Mismatches(const std::vector<size_t>& indices,
-                                                        const TensorArrays& arrays, int workers) const {
+std::vector<DigestMismatch> PromptCacheReader::Impl::Mismatches(const std::vector<size_t>& indices,
+                                                                const TensorArrays& arrays, int workers) const {
+  std::vector<Sha256Digest> found(indices.size());
   std::vector<char> bad(indices.size(), 0);
   (void)ParallelFor(indices.size(), workers, [&](size_t k) {
     const TensorInfo& t = header.tensors[indices[k]];
@@ -159,11 +165,17 @@ std::vector<size_t> PromptCacheReader::Impl::Mismatches(const std::vector<size_t
     }
     auto it = digests.find(t.name);
     bad[k] = it == digests.end() || it->second != got;
+    found[k] = got;
     return Status::OK();
   });
-  std::vector<size_t> out;
+  std::vector<DigestMismatch> out;
   for (size_t k = 0; k < indices.size(); ++k) {
-    if (bad[k]) out.push_back(indices[k]);
+    if (!bad[k]) continue;
+    const std::string& name = header.tensors[indices[k]].name;
+    auto it = digests.find(name);
+    out.push_back(DigestMismatch{.tensor = name,
+                                 .expected = it == digests.end() ? std::nullopt : std::optional(it->second),
+                                 .found = found[k]});
   }
   return out;
 }
@@ -173,9 +185,9 @@ Status PromptCacheReader::Impl::CheckTensors(const std::vector<size_t>& indices,
   uint64_t bytes = 0;
   for (size_t i : indices) bytes += header.tensors[i].nbytes();
   // Small layers are hashed on this thread: starting workers would cost more.
-  const std::vector<size_t> bad = Mismatches(indices, arrays, bytes < (uint64_t{1} << 20) ? 1 : threads);
+  const std::vector<DigestMismatch> bad = Mismatches(indices, arrays, bytes < (uint64_t{1} << 20) ? 1 : threads);
   if (bad.empty()) return Status::OK();
-  return Status::Corruption(path + ": integrity check failed for tensor \"" + header.tensors[bad[0]].name + "\"");
+  return Status::Corruption(bad[0].Message(path));
 }
 
 std::optional<size_t> PromptCacheReader::Impl::ViewedTensor(const Array& a) const {
@@ -223,17 +235,18 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   r->prefetch = options.prefetch;
   KV_ASSIGN_OR_RETURN(r->file, env->OpenReadable(path));
   r->info.file_bytes = r->file->size();
-  if (IsLlamaState(r->file->data())) {
-    return Status::NotSupported(path + ": a llama.cpp sequence-state file, not a prompt cache (convert it: "
-                                       "kvtool convert FILE -o OUT --model MODEL, docs/llama-cpp.md)");
+  // Another engine's cache, which kvtool reads and converts: NotSupported
+  // here, as a request this reader cannot do.
+  if (RecognizeFileKind(r->file->data()) == FileKind::kLlamaState) {
+    return Status::NotSupported(NotSafetensorsMessage(path, FileKind::kLlamaState));
   }
   if (!IsZstdFrame(r->file->data())) {
     Result<std::shared_ptr<const SafetensorsFile>> st = SafetensorsFile::FromReadable(r->file, options.limits);
-    if (!st.ok()) return st.status().WithPrefix(path);
+    if (!st.ok()) return NotAPromptCache(path, r->file->data(), st.status());
     r->plain = *st;
   } else {
     Result<ZstdSeekableReader> z = ZstdSeekableReader::Open(r->file->data(), LimitsFor(r->file->size()));
-    if (!z.ok()) return z.status().WithPrefix(path);
+    if (!z.ok()) return NotAPromptCache(path, r->file->data(), z.status());
     r->info.compression =
         CompressionInfo{std::string(ZstdCodecName(z->codec())), z->frames().size(), r->file->size()};
     if (options.decompress_at_open) {
@@ -295,7 +308,7 @@ Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& pr
   VerifyReport report;
   report.has_digests = r.parsed.has_digests;
   if (!report.has_digests) return report;
-  if (!r.digests_readable || !r.header_digest_ok) report.mismatches.emplace_back("header");
+  if (!r.digests_readable || !r.header_digest_ok) report.mismatches.push_back(r.HeaderMismatch());
   if (!r.digests_readable) return report;
   const auto& tensors = r.header.tensors;
   const uint64_t total = r.header.data_size;
@@ -315,7 +328,7 @@ Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& pr
     // Plain files are hashed straight from the mapping.
     const Result<TensorArrays> fetched = r.plain ? Result<TensorArrays>(TensorArrays{}) : r.Fetch(indices);
     if (!fetched.ok()) return fetched.status();
-    for (size_t i : r.Mismatches(indices, *fetched, threads)) report.mismatches.push_back(tensors[i].name);
+    for (DigestMismatch& m : r.Mismatches(indices, *fetched, threads)) report.mismatches.push_back(std::move(m));
     done += bytes;
     if (progress) progress(done, total);
   }
@@ -324,7 +337,7 @@ Result<VerifyReport> PromptCacheReader::Verify(int threads, const ProgressFn& pr
   std::unordered_set<std::string_view> names;
   for (const TensorInfo& t : tensors) names.insert(t.name);
   for (const auto& [name, d] : r.digests) {
-    if (!names.count(name)) report.mismatches.push_back(name);
+    if (!names.count(name)) report.mismatches.push_back(DigestMismatch{.tensor = name, .expected = d, .found = {}});
   }
   return report;
 }

@@ -32,26 +32,33 @@ struct PromptCacheReader::Impl {
   std::map<std::string, Sha256Digest> digests;
   bool header_digest_ok = false;   // the header digest is present and matches
   bool digests_readable = false;   // both digest entries present and well formed
+  std::optional<Sha256Digest> header_digest_stored;  // when readable
+  Sha256Digest header_digest_found;                  // of the header as it is (with digests)
 
   // The header's tensors `indices`, by index. Plain files: views of the mapping (populated first when
   // `prefetch`); compressed files: decompressed on all cores.
   Result<TensorArrays> Fetch(const std::vector<size_t>& indices) const;
 
   // The tensors of `indices` whose bytes differ from their stored digest
-  // (or that have none), hashed on up to `workers` threads. A plain file is
-  // hashed in its mapping (pages populated first); a compressed file's
-  // tensors must be in `arrays` (as Fetch returns them).
-  std::vector<size_t> Mismatches(const std::vector<size_t>& indices, const TensorArrays& arrays, int workers) const;
+  // (or that have none), in the order of `indices`, hashed on up to
+  // `workers` threads. A plain file is hashed in its mapping (pages
+  // populated first); a compressed file's tensors must be in `arrays` (as
+  // Fetch returns them).
+  std::vector<DigestMismatch> Mismatches(const std::vector<size_t>& indices, const TensorArrays& arrays,
+                                         int workers) const;
 
-  // Mismatches on this layer's threads; Corruption naming the first.
+  // Mismatches on this layer's threads; Corruption with the first's Message.
   Status CheckTensors(const std::vector<size_t>& indices, const TensorArrays& arrays) const;
+
+  // The header's failed check. REQUIRES: !digests_readable || !header_digest_ok.
+  DigestMismatch HeaderMismatch() const;
 
   // For a plain file: the index of the tensor whose bytes `a` views exactly
   // (same storage, offset, dtype and shape, contiguous); nullopt otherwise.
   std::optional<size_t> ViewedTensor(const Array& a) const;
 
-  // FailedPrecondition without digests, Corruption when the header digest
-  // does not match.
+  // FailedPrecondition without digests, Corruption (HeaderMismatch's
+  // Message) when the header digest does not match.
   Status CheckHeaderDigest() const;
 
   // How a load names layer `index`: "<path>: layer i (<class>)".

@@ -187,8 +187,9 @@ Status Saver::Write(WritableFile& out) {
   const std::vector<Sha256Digest> got = hasher->Finish();
   for (size_t id = 0; id < layout.tensors.size(); ++id) {
     const std::string& name = layout.tensors[id].name;
-    if (expected[id] && (!expected[id]->stored || expected[id]->digest != got[id])) {
-      return Status::Corruption("integrity check failed for " + expected[id]->source + " (copied to \"" + name + "\")");
+    if (expected[id] && expected[id]->digest != got[id]) {
+      const DigestMismatch m{.tensor = expected[id]->tensor, .expected = expected[id]->digest, .found = got[id]};
+      return Status::Corruption(m.Message(expected[id]->path) + " (copied to '" + name + "')");
     }
     digests_[name] = got[id];
   }

@@ -22,16 +22,17 @@
 namespace kvstore {
 
 // The digest a tensor's bytes must have because they are copied unchanged
-// from a file that stores it; `source` names that tensor for the error.
+// from tensor `tensor` of the file `path`, which stores it.
 struct ExpectedDigest {
-  Sha256Digest digest;
-  std::string source;
-  bool stored = true;  // false: the source stores no digest for it (always a mismatch)
+  std::optional<Sha256Digest> digest;  // nullopt: the file stores none for it (always a mismatch)
+  std::string path;
+  std::string tensor;
 };
 
 struct WriterHooks {
   // Consulted for every tensor written; a mismatch fails the save with
-  // Corruption naming `source` (the output file is left untouched).
+  // Corruption, the source tensor's DigestMismatch message (the output file
+  // is left untouched).
   std::function<std::optional<ExpectedDigest>(const Array&)> expected_digest;
   // With integrity on: the file also carries 1.kvstore_hmac_sha256, set to
   // what this returns (64 hex digits) for the file's header digest and its

@@ -106,7 +106,8 @@ Status VerifySharedChunk(KvBackend& backend, std::string_view key, std::string_v
   if (!secret.empty()) KV_RETURN_IF_ERROR(CheckSeal(info.header, secret, key).WithPrefix(std::string(key)));
   KV_RETURN_IF_ERROR(ChunkHeaderFromMetadata(info.user_metadata).status().WithPrefix(std::string(key)));
   KV_ASSIGN_OR_RETURN(VerifyReport report, (*reader)->Verify(1));
-  if (!report.ok()) return Status::Corruption(std::string(key) + ": digests do not match the bytes");
+  if (!report.has_digests) return Status::Corruption(std::string(key) + ": the value carries no digests");
+  KV_RETURN_IF_ERROR(report.ToStatus(key));
   return Status::OK();
 }
 

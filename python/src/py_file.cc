@@ -108,30 +108,37 @@ void Save(const std::filesystem::path& file, py::handle layers, py::handle metad
   }
 }
 
+// A verification's failure as every front end words it (the library's
+// messages), with how to add digests when there are none.
+Status VerificationStatus(const std::string& path, const VerifyReport& report) {
+  Status s = report.ToStatus(path);
+  if (!report.has_digests) {
+    return Status::FailedPrecondition(std::string(s.message()) +
+                                      " (save it with integrity=True, or convert(..., integrity=True) to add them)");
+  }
+  return s;
+}
+
 py::object Inspect(const std::filesystem::path& file, bool verify) {
   const std::string path = UserPath(file);
-  std::optional<bool> verified;
-  std::vector<std::string> mismatches;
+  std::optional<VerifyReport> report;
   std::unique_ptr<PromptCacheReader> reader;
   Status open = [&]() -> Status {
     py::gil_scoped_release release;
     KV_ASSIGN_OR_RETURN(reader, PromptCacheReader::Open(Env::Default(), path));
     if (verify && reader->info().has_digests) {
-      KV_ASSIGN_OR_RETURN(VerifyReport report, reader->Verify());
-      verified = report.ok();
-      mismatches = report.mismatches;
+      KV_ASSIGN_OR_RETURN(report, reader->Verify());
     }
     return Status::OK();
   }();
   ThrowIfError(open);
+  const std::optional<bool> verified = report ? std::optional(report->ok()) : std::nullopt;
   py::object out = JsonToPython(PromptCacheInfoJson(reader->info(), path, verified));
-  if (verified && !*verified) {
-    std::string what;
-    for (const auto& m : mismatches) what += (what.empty() ? "" : ", ") + m;
-    ThrowWithInfo(Status::Corruption(path + ": verification failed: " + what), out);
-  }
-  // As kvtool: the first impossible layer, else what cannot be loaded.
+  // As kvtool inspect --verify: a mismatch, the first impossible layer, what
+  // cannot be loaded, then a file without digests to verify.
+  if (report && !report->ok()) ThrowWithInfo(VerificationStatus(path, *report), out);
   if (Status s = reader->Validate(); !s.ok()) ThrowWithInfo(s, out);
+  if (verify && !report) ThrowWithInfo(VerificationStatus(path, VerifyReport{}), out);
   return out;
 }
 
@@ -142,15 +149,7 @@ py::dict Verify(const std::filesystem::path& file, int threads) {
     return VerifyPromptCacheFile(Env::Default(), path, threads);
   }();
   VerifyReport r = Unwrap(std::move(report));
-  if (!r.has_digests) {
-    ThrowStatus(Status::FailedPrecondition(path + ": the file carries no digests (save it with integrity=True, "
-                                                  "or convert(..., integrity=True) to add them)"));
-  }
-  if (!r.mismatches.empty()) {
-    std::string what;
-    for (const auto& m : r.mismatches) what += (what.empty() ? "" : ", ") + (m == "header" ? "the header" : "tensor \"" + m + "\"");
-    ThrowStatus(Status::Corruption(path + ": digest mismatch in " + what));
-  }
+  ThrowIfError(VerificationStatus(path, r));
   py::dict out;
   out["path"] = path;
   out["bytes_hashed"] = r.bytes_hashed;

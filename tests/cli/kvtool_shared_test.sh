@@ -51,6 +51,17 @@ grep -q '^verified: digests and seal match$' "$dir/inspect.out" || fail "--secre
 KVSTORE_SHARED_SECRET=cli-secret "$kvtool" inspect "$url" --key "$key" --verify > "$dir/inspect.out" ||
   fail "KVSTORE_SHARED_SECRET: $(cat "$dir/inspect.out")"
 grep -q '^verified: digests and seal match$' "$dir/inspect.out" || fail "KVSTORE_SHARED_SECRET verified"
+# Without a secret the digests are checked and the output says the seal was not.
+env -u KVSTORE_SHARED_SECRET "$kvtool" inspect "$url" --key "$key" --verify > "$dir/inspect.out" ||
+  fail "no secret: $(cat "$dir/inspect.out")"
+grep -qx 'verified: digests match; seal NOT checked (no secret: give --secret-file F or set KVSTORE_SHARED_SECRET)' \
+  "$dir/inspect.out" || fail "no secret: the seal is not said to be unchecked: $(cat "$dir/inspect.out")"
+env -u KVSTORE_SHARED_SECRET "$kvtool" inspect "$url" --key "$key" --verify --json |
+  python3 -c 'import json, sys; j = json.load(sys.stdin); assert j["verified"] is True and j["seal_checked"] is False, j' ||
+  fail "no secret: --json seal_checked"
+"$kvtool" inspect "$url" --key "$key" --verify --secret-file "$dir/secret" --json |
+  python3 -c 'import json, sys; j = json.load(sys.stdin); assert j["verified"] is True and j["seal_checked"] is True, j' ||
+  fail "secret: --json seal_checked"
 KVSTORE_SHARED_SECRET=wrong "$kvtool" inspect "$url" --key "$key" --verify > /dev/null 2>&1; rc=$?
 [[ $rc == 3 ]] || fail "wrong KVSTORE_SHARED_SECRET: exit $rc"
 "$kvtool" inspect "$url" --key "$key" --verify --secret a --secret-file "$dir/secret" > /dev/null 2> "$dir/err"; rc=$?
@@ -84,9 +95,10 @@ cli --raw get "$key" | head -c -1 > "$dir/chunk.safetensors"
 "$kvtool" verify "$dir/chunk.safetensors" > /dev/null || fail "dumped chunk does not verify"
 "$kvtool" inspect "$dir/chunk.safetensors" | grep -q 'kvstore_chunk_format kvstore-chunk/1' || fail "dumped chunk inspect"
 # Edited behind the tool's back: the header still reads, verification fails (3).
-cli setrange "$key" 400 garbage > /dev/null
-"$kvtool" inspect "$url" --key "$key" --verify > /dev/null 2>&1; rc=$?
-[[ $rc == 3 ]] || fail "corrupted chunk: exit $rc"
+cli setrange "$key" $(($(cli strlen "$key") - 10)) garbage > /dev/null  # in the last tensor
+env -u KVSTORE_SHARED_SECRET "$kvtool" inspect "$url" --key "$key" --verify > /dev/null 2> "$dir/err"; rc=$?
+[[ $rc == 3 ]] && grep -Eq "^kvtool: $key: (the header|tensor '[0-9.]+'): SHA-256 mismatch: expected " "$dir/err" ||
+  fail "corrupted chunk: exit $rc $(cat "$dir/err")"
 
 cli --scan --pattern "${prefix}*" | xargs -r -n 100 redis-cli -p "$port" -a "$password" --no-auth-warning unlink > /dev/null
 if ((failures)); then echo "$failures failures"; exit 1; fi

@@ -98,7 +98,7 @@ with_digests 1 "$tmp/good-digests.safetensors"
 expect_exit 0 "OK (1 layers well formed, 32 B verified)" -- verify "$tmp/good-digests.safetensors"
 with_digests 9 "$tmp/bad-layer.safetensors"
 expect_exit 3 "kvtool: $tmp/bad-layer.safetensors: $keep_rule" -- verify "$tmp/bad-layer.safetensors"
-[[ $("$kvtool" verify "$tmp/bad-layer.safetensors" 2>&1) != *"digest mismatch"* ]] || fail "the digests of bad-layer do not match"
+[[ $("$kvtool" verify "$tmp/bad-layer.safetensors" 2>&1) != *"SHA-256 mismatch"* ]] || fail "the digests of bad-layer do not match"
 # Without digests, verify reports the structure first: 3 when broken, 4 only for the missing digests.
 expect_exit 3 "$keep_rule" -- verify "$tmp/keep.safetensors"
 out=$("$kvtool" verify "$f16" 2>&1); rc=$?
@@ -111,8 +111,8 @@ expect_exit 0 "OK" -- verify "$tmp/d.safetensors"
 cp "$tmp/d.safetensors" "$tmp/bad.safetensors"
 size=$(stat -c %s "$tmp/bad.safetensors")
 printf '\xff' | dd of="$tmp/bad.safetensors" bs=1 seek=$((size - 10)) conv=notrunc status=none
-expect_exit 3 "digest mismatch in tensor" -- verify "$tmp/bad.safetensors"
-expect_exit 3 "verification failed" -- inspect --verify "$tmp/bad.safetensors"
+expect_exit 3 "$tmp/bad.safetensors: tensor '3.1': SHA-256 mismatch: expected " -- verify "$tmp/bad.safetensors"
+expect_exit 3 "$tmp/bad.safetensors: tensor '3.1': SHA-256 mismatch: expected " -- inspect --verify "$tmp/bad.safetensors"
 
 # Unknown layout (a hand-made header: "0.a" is not an mlx-lm meta key).
 write_st "$tmp/v2.safetensors" '{"__metadata__":{"0.a":"x","1.0":"KVCache"},"0.0":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}}' 2
@@ -201,7 +201,8 @@ cmp "$f16" "$tmp/bp.plain" || fail "byteplane round trip is not byte-identical"
 if command -v zstd >/dev/null; then
   zstd -q -d -c "$tmp/bp.safetensors" > "$tmp/bp.zstd-d"
   [[ $(head -c 4 "$tmp/bp.zstd-d") == KVBP ]] || fail "zstd -d of a byteplane file does not start with its magic"
-  expect_exit 3 "H2" -- inspect "$tmp/bp.zstd-d"
+  expect_exit 3 "not a safetensors file: it looks like a byte-plane compressed prompt cache unpacked by \`zstd -d\`" \
+    -- inspect "$tmp/bp.zstd-d"
 fi
 
 # diff: a quantized conversion differs, within a bound; JSON has the figures.

@@ -1,12 +1,15 @@
 // The prompt-cache readers (plain, zstd and byte-plane containers; mlx-lm,
 // legacy and mlx-swift-lm layouts) must never crash or over-allocate on any
 // bytes: whole loads (with and without verification), layer-by-layer reads
-// of the streaming reader, header-only validation, and the conversions built
-// on it. A loaded cache must be usable; a layer validation refuses never loads.
+// of the streaming reader, header-only validation, the conversions built on
+// it, and the naming of files of other kinds (RecognizeFileKind, asked when an
+// open fails). A loaded cache must be usable; a layer validation refuses never
+// loads.
 #include <cstdlib>
 #include <memory>
 
 #include "kvstore/env.h"
+#include "kvstore/file_kind.h"
 #include "kvstore/prompt_cache_file.h"
 
 namespace {
@@ -23,6 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static std::unique_ptr<kvstore::Env> env = kvstore::NewMemEnv();
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
   if (!kvstore::WriteStringAtomic(env.get(), "/f.safetensors", bytes).ok()) return 0;
+  (void)kvstore::NotSafetensorsMessage("/f", kvstore::RecognizeFileKind(bytes));
   (void)kvstore::ReadPromptCacheInfo(env.get(), "/f.safetensors");
   kvstore::LoadPromptCacheOptions options;
   options.verify = size % 2 == 0;
