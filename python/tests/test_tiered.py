@@ -381,3 +381,16 @@ def test_writes_after_close_are_dropped_never_raised_or_blocked(mlx_cache, mx, t
     cache.insert_cache(MODEL, [1, 2, 3], make_cache(mlx_cache, mx, [1, 2, 3], "kv"))
     got, rest = cache.fetch_nearest_cache(MODEL, [1, 2, 3])
     assert got is not None and rest == []
+
+
+def test_an_empty_redis_secret_is_refused_not_taken_for_none(tmp_path):
+    # Nothing listens on port 1: a secret that passes the check fails to connect instead.
+    url = "redis://127.0.0.1:1"
+    for make in (lambda: TieredPromptCache(directory=tmp_path / "d", redis=url, redis_secret=""),
+                 lambda: kvstore._kvstore.SharedTier(url, secret="")):
+        with pytest.raises(kvstore.InvalidArgumentError, match="empty secret") as e:
+            make()
+        assert isinstance(e.value, kvstore.errors.Error)
+    for secret in (None, "s"):
+        with pytest.raises(kvstore.FileIOError):
+            TieredPromptCache(redis=url, redis_secret=secret)
