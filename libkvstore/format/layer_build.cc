@@ -49,12 +49,12 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const Tensor
     }
     return std::unique_ptr<Cache>(std::make_unique<CacheList>(std::move(children)));
   }
-  // from_state accepts more than mlx-lm ever saves; a file's layer must be
-  // a state it can save (docs/format.md §5.8).
+  // from_state accepts more than mlx-lm ever saves; a layer of an mlx-lm
+  // file must be a state it can save (docs/format.md §5.8).
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Cache> cache,
                       layer.empty_state ? EmptyCache(layer)
                                         : CacheFromState(layer.class_name, layer.state.Resolve(arrays), layer.meta));
-  KV_RETURN_IF_ERROR(cache->CheckSavedState());
+  if (layer.saved_by_mlx_lm) KV_RETURN_IF_ERROR(cache->CheckSavedState());
   return cache;
 }
 
