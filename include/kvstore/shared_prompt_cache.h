@@ -90,7 +90,8 @@ class SharedPromptCache {
   static Result<std::unique_ptr<SharedPromptCache>> Open(SharedPromptCacheOptions options);
   // The checks of Open that do not need the backend (so a caller can run
   // them before connecting): InvalidArgument for chunk_tokens < 1, no writer
-  // thread, an empty key prefix or an empty secret.
+  // thread, an empty key prefix, an empty secret or a compression level
+  // outside ZstdLevels().
   static Status CheckOptions(const SharedPromptCacheOptions& options);
   // Finishes the inserts being written; queued ones are dropped (counted).
   ~SharedPromptCache();

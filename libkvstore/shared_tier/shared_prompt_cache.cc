@@ -4,6 +4,7 @@
 
 #include <system_error>
 
+#include "kvstore/zstd_seekable.h"
 #include "libkvstore/cache/cache_leaves.h"
 #include "libkvstore/shared_tier/shared_tier.h"
 #include "libkvstore/util/parallel.h"
@@ -103,6 +104,7 @@ Status SharedPromptCache::CheckOptions(const SharedPromptCacheOptions& options) 
   if (options.secret && options.secret->empty()) {
     return Status::InvalidArgument("shared tier: empty secret (give none for no seal)");
   }
+  if (options.compression_level) KV_RETURN_IF_ERROR(CheckZstdLevel(*options.compression_level).WithPrefix("shared tier"));
   return Status::OK();
 }
 
