@@ -6,6 +6,7 @@
 #include "kvstore/cache_list.h"
 #include "kvstore/chunked_kv_cache.h"
 #include "kvstore/kv_cache.h"
+#include "kvstore/prompt_cache_file.h"
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "cache_testutil.h"
@@ -72,12 +73,55 @@ TEST(CacheRestoreTest, MetaStatesRejectHostileValuesUnchanged) {
   ExpectMetaRejectedUnchanged(kv, MetaState::Strings({""}), "no meta state");
 }
 
+// mlx-lm saves and loads a batch cache built for 2 rows and updated with 4
+// (its own tests do): the state restores and round-trips unchanged, and every
+// per-row operation refuses it without changing it.
+TEST(CacheRestoreTest, BatchStatesWithPerRowVectorsOfAnotherLengthRestoreButDoNotOperate) {
+  const CacheState state({KV(4, 4, 7, 4, 1), KV(4, 4, 7, 4, 2), Array::FromInt32s({6, 5}), Array::FromInt32s({1, 2})});
+  std::vector<std::unique_ptr<Cache>> caches;
+  caches.push_back(std::make_unique<BatchKVCache>(std::vector<int32_t>{1, 2}));
+  caches.push_back(std::make_unique<BatchRotatingKVCache>(10, std::vector<int32_t>{1, 2}));
+  for (auto& c : caches) {
+    SCOPED_TRACE(std::string(c->class_name()));
+    ASSERT_OK(c->SetState(state));
+    if (c->class_name() == "BatchRotatingKVCache") {
+      ASSERT_OK(c->SetMetaState(MetaState::Strings({"10", "7", "7", "False"})));
+    }
+    ASSERT_OK_AND_ASSIGN(CacheState back, c->State());
+    ASSERT_EQ(back.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(back[i].array().Describe(), state[i].array().Describe()) << i;
+      EXPECT_EQ(Sha256(back[i].array()).ToHex(), Sha256(state[i].array()).ToHex()) << i;
+    }
+    const std::string before = Fingerprint(*c);
+    const std::string rule = "offset and left_padding have 2 entries for 4 batch rows";
+    EXPECT_THAT(c->UpdateAndFetch(KV(4, 4, 1, 4, 3), KV(4, 4, 1, 4, 3)), HasCode(StatusCode::kFailedPrecondition, rule));
+    EXPECT_THAT(c->MakeMask(1, {}), HasCode(StatusCode::kFailedPrecondition, rule));
+    EXPECT_THAT(c->Prepare({}), HasCode(StatusCode::kFailedPrecondition, rule));
+    const int64_t rows[] = {0, 1};
+    EXPECT_THAT(c->Filter(rows), HasCode(StatusCode::kFailedPrecondition, rule));
+    EXPECT_THAT(c->Extract(0), HasCode(StatusCode::kFailedPrecondition, rule));
+    std::unique_ptr<Cache> other = c->Copy();
+    EXPECT_THAT(c->Extend(*other), HasCode(StatusCode::kFailedPrecondition, rule));
+    EXPECT_EQ(Fingerprint(*c), before);
+    EXPECT_OK(c->CheckSavedState());
+    // Saved and loaded unchanged (validation accepts it).
+    std::unique_ptr<Env> env = NewMemEnv();
+    ASSERT_OK(SavePromptCache(env.get(), "/b", {std::shared_ptr<Cache>(c->Copy())}, {}));
+    ASSERT_OK_AND_ASSIGN(LoadedPromptCache loaded, LoadPromptCache(env.get(), "/b"));
+    ASSERT_OK_AND_ASSIGN(CacheState reloaded, loaded.cache[0]->State());
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(Sha256(reloaded[i].array()).ToHex(), Sha256(state[i].array()).ToHex()) << i;
+    ASSERT_OK_AND_ASSIGN(int64_t trimmed, c->Trim(2));  // per batch, not per row
+    EXPECT_EQ(trimmed, 2);
+  }
+}
+
 TEST(CacheRestoreTest, BatchAndArraysCachesRejectBadStates) {
   BatchKVCache b({1, 0});
   ASSERT_OK(b.UpdateAndFetch(KV(2, 2, 3, 8, 1), KV(2, 2, 3, 8, 2)));
   ExpectRejectedUnchanged(b, CacheState({KV(2, 2, 3, 8, 1), KV(2, 2, 3, 8, 1), Array::FromInt32s({1}),
                                          Array::FromInt32s({1, 0})}),
-                          "one entry per batch row");
+                          "must have one length, got 1 and 2");
   ExpectRejectedUnchanged(b, CacheState({KV(2, 2, 3, 8, 1), KV(2, 2, 3, 8, 1),
                                          Array::Zeros(DType::kF32, {2}), Array::FromInt32s({1, 0})}),
                           "integer");

@@ -116,6 +116,27 @@ TEST(PromptCacheFileTest, CompressedZerosLoad) {
   EXPECT_EQ(again.cache[0]->offset(), 4096);
 }
 
+// A compression level outside libzstd's range is refused (zstd would clamp
+// it silently), by saves and container-only conversions alike.
+TEST(PromptCacheFileTest, ZstdLevelsOutsideTheLibrarysRangeAreRefused) {
+  std::unique_ptr<Env> env = NewMemEnv();
+  const ZstdLevelRange levels = ZstdLevels();
+  EXPECT_EQ(levels.max, 22);
+  EXPECT_LT(levels.min, 0);
+  EXPECT_OK(CheckZstdLevel(levels.max));
+  ASSERT_OK(SavePromptCache(env.get(), "/in", SmallCache(), {}));
+  for (int level : {levels.max + 1, levels.min - 1, 99}) {
+    SavePromptCacheOptions options;
+    options.compression_level = level;
+    const std::string want = "zstd level " + std::to_string(level) + " outside [" + std::to_string(levels.min) + ", 22]";
+    EXPECT_THAT(SavePromptCache(env.get(), "/out", SmallCache(), {}, options), HasCode(StatusCode::kInvalidArgument, want));
+    TranscodeOptions transcode;
+    transcode.compression_level = level;
+    EXPECT_THAT(TranscodePromptCacheFile(env.get(), "/in", "/out", transcode), HasCode(StatusCode::kInvalidArgument, want));
+    EXPECT_FALSE(env->FileExists("/out"));
+  }
+}
+
 TEST(PromptCacheFileTest, WritesTheSameHeaderKeysAsMlxLm) {
   testing::TempDir dir;
   const std::string path = testing::FixturePath("mlx-lm/kvcache_f16_4l.safetensors");

@@ -87,6 +87,11 @@ std::vector<HostileCase> HostileCases() {
   rotating("RotatingIdxBeyondMaxSize", Rotating({"0", "4", "4", "5"}),
            "meta_state offset 4 / _idx 5 out of range for 4 buffered rows");
   rotating("RotatingKeepBeyondMaxSize", Rotating({"5", "4", "4", "4"}), keep_rule + "5, max_size 4");
+  // ---- states mlx-lm cannot save (L16-L19) ----
+  rotating("RotatingRowsBeyondOffset", Rotating({"0", "16", "3", "3"}),
+           "offset 3, 4 rows stored: a saved state holds at most offset rows");
+  rotating("RotatingOffsetBeyondAShortWindow", Rotating({"0", "16", "8", "4"}),
+           "offset 8, 4 rows stored, max_size 16: a window that has dropped rows holds at least max_size - 1");
   // ---- QuantizedKVCache ----
   auto quantized = [&](std::string name, const std::function<void(Quantized&)>& breaks, std::string rule) {
     Quantized q;
@@ -99,6 +104,8 @@ std::vector<HostileCase> HostileCases() {
             "meta_state bits 4 / group size 48 are not supported");
   quantized("QuantizedOffsetBeyondStoredTokens", [](Quantized& q) { q.meta[0] = "5"; },
             "meta_state offset 5 outside [0, 4]");
+  quantized("QuantizedOffsetBelowStoredTokens", [](Quantized& q) { q.meta[0] = "3"; },
+            "offset 3, 4 rows stored: a saved state holds exactly offset rows");
   quantized("QuantizedPackedWidth", [](Quantized& q) { q.packed = Typed(DType::kU32, {1, 2, 4, 6}); },
             "packed width of the keys does not match bits 4 / group size 64");
   quantized("QuantizedScaleWidth", [](Quantized& q) { q.scales = q.biases = F16({1, 2, 4, 2}); },
@@ -158,14 +165,23 @@ std::vector<HostileCase> HostileCases() {
   add("ArraysCachePaddingRank2", {{"0.0.0", slot}, {"0.1", Typed(DType::kI32, {1, 1})}, {"0.2", Typed(DType::kF32, {0})}},
       {{"2.0", "ArraysCache"}, {"0.0", ""}}, corrupt,
       "layer 0 (ArraysCache): ArraysCache: left_padding I32[1, 1] must be a 1-D numeric array");
-  add("BatchOffsetPerRow", {{"0.0", k}, {"0.1", k}, {"0.2", Typed(DType::kI32, {2})}, {"0.3", Typed(DType::kI32, {1})}},
+  add("BatchOffsetAndPaddingDiffer", {{"0.0", k}, {"0.1", k}, {"0.2", Typed(DType::kI32, {2})}, {"0.3", Typed(DType::kI32, {1})}},
       {{"2.0", "BatchKVCache"}, {"0.0", ""}}, corrupt,
-      "layer 0 (BatchKVCache): BatchKVCache: offset and left_padding must have one entry per batch row (1)");
+      "layer 0 (BatchKVCache): BatchKVCache: offset and left_padding must have one length, got 2 and 1");
   const std::vector<NamedArray> batch = {{"0.0", k}, {"0.1", k}, {"0.2", Typed(DType::kI32, {1})},
                                          {"0.3", Typed(DType::kI32, {1})}};
   add("BatchRotatingIdxOutOfRange", batch,
       {{"2.0", "BatchRotatingKVCache"}, {"0.0.0", "4"}, {"0.0.1", "4"}, {"0.0.2", "5"}, {"0.0.3", "False"}}, corrupt,
       "layer 0 (BatchRotatingKVCache): BatchRotatingKVCache: meta_state max_size 4, _offset 4, _idx 5 out of range");
+  add("BatchRotatingRotatedNotABool", batch,
+      {{"2.0", "BatchRotatingKVCache"}, {"0.0.0", "4"}, {"0.0.1", "4"}, {"0.0.2", "4"}, {"0.0.3", "yes"}}, corrupt,
+      "layer 0 (BatchRotatingKVCache): BatchRotatingKVCache: meta_state rotated \"yes\" is not \"True\" or \"False\"");
+  add("CacheListChildOffsetBeyondAShortWindow", {{"0.0.0", k}, {"0.0.1", k}, {"0.1.0", k}, {"0.1.1", k}},
+      {{"2.0", "CacheList"}, {"0.0.0.0", "KVCache"}, {"0.0.0.1", "RotatingKVCache"}, {"0.0.1.0", ""},
+       {"0.0.1.1.0", "0"}, {"0.0.1.1.1", "16"}, {"0.0.1.1.2", "8"}, {"0.0.1.1.3", "4"}},
+      corrupt,
+      "layer 0 (CacheList): CacheList child 1: RotatingKVCache: offset 8, 4 rows stored, max_size 16: a window that "
+      "has dropped rows holds at least max_size - 1");
   std::vector<NamedArray> slots = {{"0.1", Typed(DType::kF32, {0})}, {"0.2", Typed(DType::kF32, {0})}};
   for (int i = 0; i <= 4096; ++i) slots.push_back({"0.0." + std::to_string(i), Typed(DType::kF32, {0})});
   add("ArraysCacheTooManySlots", slots, {{"2.0", "ArraysCache"}, {"0.0", ""}}, corrupt,
@@ -199,6 +215,12 @@ TEST_P(HostileLayerTest, ValidationRefusesItAsLoadAndConvertDo) {
   const HostileCase& c = GetParam();
   ExpectExactly(ValidatePromptCacheFile(env_.get(), kPath), c.code, Expected(), "validate");
   ExpectExactly(LoadPromptCache(env_.get(), kPath).status(), c.code, Expected(), "load");
+  if (c.code == StatusCode::kCorruption) {
+    // As kvtool verify: an impossible layer before the (missing) digests.
+    LoadPromptCacheOptions verify;
+    verify.verify = true;
+    ExpectExactly(LoadPromptCache(env_.get(), kPath, verify).status(), c.code, Expected(), "verified load");
+  }
   ConvertOptions convert;
   convert.output.integrity = false;
   ExpectExactly(ConvertPromptCacheFile(env_.get(), kPath, "/out", convert), c.code, Expected(), "convert");
@@ -230,7 +252,7 @@ TEST_P(HostileLayerTest, InspectionListsTheProblemUnderItsLayer) {
 INSTANTIATE_TEST_SUITE_P(All, HostileLayerTest, ::testing::ValuesIn(HostileCases()),
                          [](const ::testing::TestParamInfo<HostileCase>& p) { return p.param.name; });
 
-TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 39u); }
+TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 44u); }
 
 // Every file mlx-lm wrote (all versions) passes, as it loads.
 TEST(ValidateTest, EveryFixtureIsValid) {

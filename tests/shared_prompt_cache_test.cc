@@ -15,6 +15,7 @@ namespace {
 
 using testing::Describe;
 using testing::FaultyBackend;
+using testing::HasCode;
 using testing::Iota;
 using testing::OpenTier;
 using testing::Prefill;
@@ -170,6 +171,22 @@ TEST_F(SharedPromptCacheTest, ForgedChunksWithValidDigestsAreRefused) {
   ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, first_));
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(first_cache_, 5 * kC)));
+}
+
+// An empty secret is not "no secret": it is refused, so a secret read from
+// an unset variable with a "" default cannot turn the seal off unnoticed.
+TEST_F(SharedPromptCacheTest, AnEmptySecretIsRefused) {
+  const SharedPromptCacheOptions empty{.backend = backend_.get(), .secret = std::string()};
+  EXPECT_THAT(SharedPromptCache::CheckOptions(empty),
+              HasCode(StatusCode::kInvalidArgument, "shared tier: empty secret (give none for no seal)"));
+  EXPECT_THAT(SharedPromptCache::Open(empty).status(),
+              HasCode(StatusCode::kInvalidArgument, "shared tier: empty secret (give none for no seal)"));
+  const SharedPromptCacheOptions none{.backend = backend_.get()};
+  EXPECT_OK(SharedPromptCache::CheckOptions(none));
+  ASSERT_OK_AND_ASSIGN(auto unsealed, SharedPromptCache::Open(none));
+  EXPECT_EQ(unsealed->Describe(), "shared tier on " + backend_->Describe() + ", 256-token chunks");
+  ASSERT_OK_AND_ASSIGN(auto sealed, SharedPromptCache::Open({.backend = backend_.get(), .secret = "s"}));
+  EXPECT_EQ(sealed->Describe(), "shared tier on " + backend_->Describe() + ", 256-token chunks, sealed");
 }
 
 // A valid chunk copied under another key: the seal binds the key name;

@@ -82,12 +82,13 @@ inline PromptCache TrimmedTo(const PromptCache& cache, int64_t tokens) {
   return out;
 }
 
+// `secret` "": no seal.
 inline std::unique_ptr<SharedPromptCache> OpenTier(KvBackend* backend, int64_t chunk_tokens,
                                                    std::string secret = "", bool async = false,
                                                    std::string writer = "test-writer") {
   SharedPromptCacheOptions options{.backend = backend,
                                    .chunk_tokens = chunk_tokens,
-                                   .secret = std::move(secret),
+                                   .secret = secret.empty() ? std::nullopt : std::optional<std::string>(secret),
                                    .writer_id = std::move(writer),
                                    .async_insert = async};
   Result<std::unique_ptr<SharedPromptCache>> tier = SharedPromptCache::Open(std::move(options));

@@ -111,7 +111,9 @@ bool RunServers(const Options& o, kvstore::KvBackend* backend, int first, int co
       auto tier = kvstore::SharedPromptCache::Open({.backend = backend,
                                                     .key_prefix = o.key_prefix,
                                                     .chunk_tokens = o.chunk_tokens,
-                                                    .secret = o.secret,
+                                                    .secret = o.secret.empty()
+                                                                  ? std::nullopt
+                                                                  : std::optional<std::string>(o.secret),
                                                     .writer_id = "server-" + std::to_string(i) + "@" +
                                                                  std::to_string(getpid()),
                                                     .insert_queue_capacity = o.insert_queue});

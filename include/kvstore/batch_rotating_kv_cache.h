@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvstore/cache.h"
@@ -28,6 +29,7 @@ class BatchRotatingKVCache : public Cache {
   Status SetState(const CacheState& state) override;
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
+  Status CheckSavedState() const override;
 
   Array offsets() const;
   Array left_padding() const;
@@ -62,6 +64,8 @@ class BatchRotatingKVCache : public Cache {
   int64_t idx_ = 0;
   int64_t seq_offset_ = 0;  // mlx-lm's _offset
   bool rotated_ = false;
+  // The restored meta_state's flag when it was not "True" or "False" (CheckSavedState).
+  std::optional<std::string> odd_rotated_text_;
   std::shared_ptr<KVBuffers> buffers_;  // never null
 };
 

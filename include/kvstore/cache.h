@@ -106,6 +106,14 @@ class Cache {
   virtual Status SetState(const CacheState& state);
   virtual MetaState meta_state() const;
   virtual Status SetMetaState(const MetaState& meta);
+  // For a cache just restored from a saved state (CacheFromState): OK when
+  // that state and meta_state are a pair mlx-lm's save_prompt_cache can
+  // write, i.e. the class's invariants between its meta_state and the rows
+  // it stores hold (docs/format.md §5.8, rules L16-L19). SetState and
+  // SetMetaState accept more, as mlx-lm's from_state does; loading a file
+  // refuses the rest (as Corruption). Else InvalidArgument naming the class
+  // and the rule.
+  virtual Status CheckSavedState() const { return Status::OK(); }
 
   // ---- Sizes ----
   // The scalar offset (tokens seen), or nullopt for classes without one

@@ -30,6 +30,7 @@ class CacheList : public Cache {
   Status SetState(const CacheState& state) override;
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
+  Status CheckSavedState() const override;
   // Builds the children from their class names (meta[0]) like mlx-lm's
   // CacheList.from_state. Nesting depth is capped.
   static Result<std::unique_ptr<CacheList>> FromState(const CacheState& state,

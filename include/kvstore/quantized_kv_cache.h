@@ -40,6 +40,7 @@ class QuantizedKVCache : public Cache {
   Status SetState(const CacheState& state) override;
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
+  Status CheckSavedState() const override;
 
   std::optional<int64_t> offset() const override { return offset_; }
   int64_t Size() const override { return 0; }  // mlx-lm does not override size()

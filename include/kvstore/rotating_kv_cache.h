@@ -28,6 +28,7 @@ class RotatingKVCache : public Cache {
   Status SetState(const CacheState& state) override;
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
+  Status CheckSavedState() const override;
 
   std::optional<int64_t> offset() const override { return offset_; }
   int64_t Size() const override;  // min(offset, max_size)

@@ -51,10 +51,12 @@ struct SharedPromptCacheOptions {
   KvBackend* backend = nullptr;        // required; not owned, must outlive the cache
   std::string key_prefix = "kvstore:";  // every key starts with it (an ACL user may be limited to it)
   int64_t chunk_tokens = 256;           // C: tokens per chunk, part of the namespace
-  // Non-empty: every chunk is sealed with HMAC-SHA256 under this secret,
-  // bound to its key name; unsealed or forged chunks are refused. All
-  // servers sharing a key prefix must use the same secret.
-  std::string secret{};
+  // Set: every chunk is sealed with HMAC-SHA256 under this secret, bound
+  // to its key name; unsealed or forged chunks are refused. All servers
+  // sharing a key prefix must use the same secret. nullopt: no seal. An
+  // empty secret is refused (it would turn the seal off silently, e.g. from
+  // an unset environment variable read with a "" default).
+  std::optional<std::string> secret{};
   std::optional<int> compression_level{};  // zstd level for chunk values; unset: plain
   std::string writer_id{};               // recorded in chunks; empty: "<hostname>:<pid>"
   bool async_insert = true;              // false: Insert does the work before returning
@@ -82,10 +84,15 @@ struct PromptCacheCheckpoint {
 
 class SharedPromptCache {
  public:
-  // InvalidArgument for a missing backend, chunk_tokens < 1, no writer
-  // thread or an empty key prefix; ResourceExhausted when async_insert is
-  // on and not one writer thread can be started.
+  // InvalidArgument for a missing backend or what CheckOptions refuses;
+  // ResourceExhausted when async_insert is on and not one writer thread can
+  // be started.
   static Result<std::unique_ptr<SharedPromptCache>> Open(SharedPromptCacheOptions options);
+  // The checks of Open that do not need the backend (so a caller can run
+  // them before connecting): InvalidArgument for chunk_tokens < 1, no writer
+  // thread, an empty key prefix, an empty secret or a compression level
+  // outside ZstdLevels().
+  static Status CheckOptions(const SharedPromptCacheOptions& options);
   // Finishes the inserts being written; queued ones are dropped (counted).
   ~SharedPromptCache();
 

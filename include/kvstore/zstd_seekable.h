@@ -50,8 +50,17 @@ bool IsBytePlaneContent(std::span<const std::byte> prefix);
 enum class ZstdCodec { kZstd, kBytePlane };
 std::string_view ZstdCodecName(ZstdCodec codec);  // "zstd", "zstd-byteplane"
 
+// The compression levels the linked libzstd takes (negative levels are
+// faster), and InvalidArgument naming that range for any other level.
+struct ZstdLevelRange {
+  int min;
+  int max;
+};
+ZstdLevelRange ZstdLevels();
+Status CheckZstdLevel(int level);
+
 struct ZstdWriteOptions {
-  int level = 3;                          // zstd level (negative = faster)
+  int level = 3;                          // zstd level (negative = faster), in ZstdLevels()
   size_t frame_size = size_t{4} << 20;    // bytes of input per data frame
   int threads = 0;                        // 0 = all cores
   ZstdCodec codec = ZstdCodec::kZstd;

@@ -32,6 +32,7 @@ Array BatchKVCache::left_padding() const { return Array::FromInt32s(left_padding
 bool BatchKVCache::Empty() const { return buffers_->empty(); }
 
 Result<KeysValues> BatchKVCache::UpdateAndFetch(const Array& keys, const Array& values) {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_RETURN_IF_ERROR(CheckBatchUpdate(kName, *buffers_, offset_.size(), keys, values));
   KV_RETURN_IF_ERROR(buffers_->WriteGrowing(kName, idx_, keys, values));
   AddToEach(offset_, keys.dim(2));
@@ -63,6 +64,7 @@ Result<int64_t> BatchKVCache::Trim(int64_t n) {
 }
 
 Result<Mask> BatchKVCache::MakeMask(int64_t n, const MaskOptions& options) const {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   CausalMaskOptions causal;
   causal.offset = idx_;
   causal.window_size = options.window_size;
@@ -72,6 +74,7 @@ Result<Mask> BatchKVCache::MakeMask(int64_t n, const MaskOptions& options) const
 }
 
 Status BatchKVCache::Prepare(const PrepareArgs& args) {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_RETURN_IF_ERROR(CheckLeftPadding(kName, args, buffers_->empty(), offset_.size()));
   const bool right = HasRightPadding(args);
   if (right && args.right_padding->size() != offset_.size())
@@ -83,6 +86,7 @@ Status BatchKVCache::Prepare(const PrepareArgs& args) {
 
 Status BatchKVCache::Finalize() {
   if (!right_padding_) return Status::OK();
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   if (buffers_->empty()) return Bad("finalize with right padding on an empty cache");
   KV_RETURN_IF_ERROR(CheckPending(kName, "right_padding", *right_padding_, offset_.size()));
   const std::vector<int32_t> pad = *right_padding_;
@@ -96,6 +100,7 @@ Status BatchKVCache::Finalize() {
 }
 
 Status BatchKVCache::Filter(std::span<const int64_t> batch_indices) {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_RETURN_IF_ERROR(CheckBatchIndices(kName, batch_indices, offset_.size()));
   if (!buffers_->empty()) buffers_->Map([&](const Array& a) { return a.Take(0, batch_indices); });
   offset_ = TakeRows(offset_, batch_indices);
@@ -116,6 +121,8 @@ Status BatchKVCache::Filter(std::span<const int64_t> batch_indices) {
 Status BatchKVCache::Extend(Cache& other_cache) {
   auto* other = dynamic_cast<BatchKVCache*>(&other_cache);
   if (other == nullptr) return Bad("extend needs another BatchKVCache");
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *other->buffers_, other->offset_.size()));
   const KVBuffers& mine = *buffers_;
   const KVBuffers& theirs = *other->buffers_;
   KV_ASSIGN_OR_RETURN(
@@ -131,6 +138,7 @@ Status BatchKVCache::Extend(Cache& other_cache) {
 }
 
 Result<std::unique_ptr<Cache>> BatchKVCache::Extract(int64_t index) const {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_ASSIGN_OR_RETURN(const int64_t row, BatchRow(kName, index, offset_.size()));
   auto out = std::make_unique<KVCache>();
   if (buffers_->empty()) return std::unique_ptr<Cache>(std::move(out));

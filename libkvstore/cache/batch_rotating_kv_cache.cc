@@ -67,6 +67,7 @@ int64_t BatchRotatingKVCache::Size() const { return std::min(seq_offset_, max_si
 bool BatchRotatingKVCache::Empty() const { return buffers_->empty(); }
 
 Result<KeysValues> BatchRotatingKVCache::UpdateAndFetch(const Array& keys, const Array& values) {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_RETURN_IF_ERROR(CheckBatchUpdate(kName, *buffers_, offset_.size(), keys, values));
   if (lengths_) KV_RETURN_IF_ERROR(CheckPending(kName, "lengths", *lengths_, offset_.size()));
   return keys.dim(2) == 1 ? UpdateInPlace(keys, values) : UpdateConcat(keys, values);
@@ -154,7 +155,16 @@ Status BatchRotatingKVCache::SetMetaState(const MetaState& meta) {
   seq_offset_ = seq_offset;
   idx_ = idx;
   rotated_ = !meta[3].str().empty();  // Python's bool(str): "False" is True (faithful)
+  const std::string& text = meta[3].str();
+  odd_rotated_text_ = text == "True" || text == "False" ? std::nullopt : std::optional<std::string>(text);
   return Status::OK();
+}
+
+// mlx-lm writes str(self.rotated), and rotated is only ever a bool.
+Status BatchRotatingKVCache::CheckSavedState() const {
+  if (!odd_rotated_text_) return Status::OK();
+  return Status::InvalidArgument("BatchRotatingKVCache: meta_state rotated \"" + *odd_rotated_text_ +
+                                 "\" is not \"True\" or \"False\"");
 }
 
 Result<int64_t> BatchRotatingKVCache::Nbytes() const { return buffers_->nbytes(); }
@@ -168,6 +178,7 @@ Result<int64_t> BatchRotatingKVCache::Trim(int64_t n) {
 }
 
 Result<Mask> BatchRotatingKVCache::MakeMask(int64_t n, const MaskOptions& options) const {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   const int64_t w = options.window_size.value_or(0) != 0 ? *options.window_size : max_size_;
   const int64_t o = std::min(max_size_ - 1, seq_offset_);
   const int64_t t = idx_ - max_size_ + (n > 1 ? 1 : 0);
@@ -188,6 +199,7 @@ Result<Mask> BatchRotatingKVCache::MakeMask(int64_t n, const MaskOptions& option
 }
 
 Status BatchRotatingKVCache::Prepare(const PrepareArgs& args) {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_RETURN_IF_ERROR(CheckLeftPadding(kName, args, buffers_->empty(), offset_.size()));
   const bool right = HasRightPadding(args);
   if (right && (!args.lengths || args.lengths->size() != offset_.size())) {
@@ -204,6 +216,7 @@ Status BatchRotatingKVCache::Prepare(const PrepareArgs& args) {
 
 Status BatchRotatingKVCache::Finalize() {
   if (!lengths_) return Status::OK();
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   if (buffers_->empty()) return Bad("finalize with pending lengths on an empty cache");
   KV_RETURN_IF_ERROR(CheckPending(kName, "lengths", *lengths_, offset_.size()));
   Array k = buffers_->keys(), v = buffers_->values();
@@ -214,6 +227,7 @@ Status BatchRotatingKVCache::Finalize() {
 }
 
 Status BatchRotatingKVCache::Filter(std::span<const int64_t> batch_indices) {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_RETURN_IF_ERROR(CheckBatchIndices(kName, batch_indices, offset_.size()));
   if (!buffers_->empty()) buffers_->Map([&](const Array& a) { return a.Take(0, batch_indices); });
   offset_ = TakeRows(offset_, batch_indices);
@@ -224,6 +238,8 @@ Status BatchRotatingKVCache::Filter(std::span<const int64_t> batch_indices) {
 Status BatchRotatingKVCache::Extend(Cache& other_cache) {
   auto* other = dynamic_cast<BatchRotatingKVCache*>(&other_cache);
   if (other == nullptr) return Bad("extend needs another BatchRotatingKVCache");
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *other->buffers_, other->offset_.size()));
   const bool both_empty = buffers_->empty() && other->buffers_->empty();
   // Upstream puts both (the argument too) into temporal order first.
   const bool reorder = !both_empty && (rotated_ != other->rotated_ || idx_ != other->idx_);
@@ -249,6 +265,7 @@ Status BatchRotatingKVCache::Extend(Cache& other_cache) {
 }
 
 Result<std::unique_ptr<Cache>> BatchRotatingKVCache::Extract(int64_t index) const {
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
   KV_ASSIGN_OR_RETURN(const int64_t row, BatchRow(kName, index, offset_.size()));
   auto out = std::make_unique<RotatingKVCache>(max_size_, 0);
   if (buffers_->empty()) return std::unique_ptr<Cache>(std::move(out));

@@ -74,6 +74,14 @@ Status CheckPending(std::string_view cls, std::string_view what,
                                     " rows (the batch changed since prepare)");
 }
 
+Status CheckRowsAgree(std::string_view cls, const KVBuffers& buffers, size_t rows) {
+  if (buffers.empty() || buffers.keys().dim(0) == static_cast<int64_t>(rows)) return Status::OK();
+  return Status::FailedPrecondition(std::string(cls) + ": offset and left_padding have " + std::to_string(rows) +
+                                    " entries for " + std::to_string(buffers.keys().dim(0)) +
+                                    " batch rows (a state mlx-lm saves after an update of another batch size: "
+                                    "it can be saved and loaded, not operated on per row)");
+}
+
 Result<BatchState> ParseBatchState(std::string_view cls, const CacheState& state) {
   if (!state.is_list() || state.size() != 4)
     return Bad(cls, "state must be [keys, values, offset, left_padding]");
@@ -83,10 +91,9 @@ Result<BatchState> ParseBatchState(std::string_view cls, const CacheState& state
   BatchState out{state[0].array(), state[1].array(), {}, {}};
   KV_ASSIGN_OR_RETURN(out.offset, Int32Values(cls, "offset", state[2].array()));
   KV_ASSIGN_OR_RETURN(out.left_padding, Int32Values(cls, "left_padding", state[3].array()));
-  const size_t b = static_cast<size_t>(out.keys.dim(0));
-  if (out.offset.size() != b || out.left_padding.size() != b) {
-    return Bad(cls, "offset and left_padding must have one entry per batch row (" +
-                        std::to_string(b) + ")");
+  if (out.offset.size() != out.left_padding.size()) {
+    return Bad(cls, "offset and left_padding must have one length, got " + std::to_string(out.offset.size()) +
+                        " and " + std::to_string(out.left_padding.size()));
   }
   return out;
 }

@@ -36,6 +36,13 @@ Status CheckBatchUpdate(std::string_view cls, const KVBuffers& buffers, size_t r
 Status CheckPending(std::string_view cls, std::string_view what,
                     const std::vector<int32_t>& pending, size_t rows);
 
+// FailedPrecondition unless offset (and left_padding, of the same length)
+// has one entry per batch row of the buffers. mlx-lm saves and loads a cache
+// whose per-row vectors have another length (one built for n rows and
+// updated with m), so SetState accepts it; the operations that work per row
+// refuse it.
+Status CheckRowsAgree(std::string_view cls, const KVBuffers& buffers, size_t rows);
+
 // ---- state ----
 struct BatchState {
   Array keys;
@@ -43,7 +50,8 @@ struct BatchState {
   std::vector<int32_t> offset;
   std::vector<int32_t> left_padding;
 };
-// Validates [keys, values, offset, left_padding].
+// Validates [keys, values, offset, left_padding]: offset and left_padding
+// are 1-D integer arrays of one length (not necessarily the batch size).
 Result<BatchState> ParseBatchState(std::string_view cls, const CacheState& state);
 // [keys[..., :stop, :], values[..., :stop, :], offset, left_padding].
 Result<CacheState> MakeBatchState(std::string_view cls, const KVBuffers& buffers, int64_t stop,

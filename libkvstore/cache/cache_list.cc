@@ -108,6 +108,13 @@ Status CacheList::SetMetaState(const MetaState& meta) {
   });
 }
 
+Status CacheList::CheckSavedState() const {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    KV_RETURN_IF_ERROR(children_[i]->CheckSavedState().WithPrefix("CacheList child " + std::to_string(i)));
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<CacheList>> CacheList::FromState(const CacheState& state,
                                                         const MetaState& meta) {
   if (!state.is_list()) return Bad("state must be a list of child states");

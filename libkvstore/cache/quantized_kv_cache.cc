@@ -235,6 +235,15 @@ Status QuantizedKVCache::SetMetaState(const MetaState& meta) {
   return Status::OK();
 }
 
+// mlx-lm's state is the buffers cut to offset rows, so a saved state holds
+// exactly offset tokens (a trim lowers both).
+Status QuantizedKVCache::CheckSavedState() const {
+  const int64_t rows = buffers_ ? buffers_->keys[0].array().dim(2) : 0;
+  if (offset_ == rows) return Status::OK();
+  return Status::InvalidArgument("QuantizedKVCache: offset " + std::to_string(offset_) + ", " +
+                                 std::to_string(rows) + " rows stored: a saved state holds exactly offset rows");
+}
+
 Result<int64_t> QuantizedKVCache::Nbytes() const {
   if (buffers_ == nullptr) {
     return Status::FailedPrecondition("QuantizedKVCache: nbytes of an empty cache (as upstream)");

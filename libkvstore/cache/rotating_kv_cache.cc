@@ -1,6 +1,7 @@
 // RotatingKVCache: mlx-lm's sliding-window cache.
 #include "kvstore/rotating_kv_cache.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kvstore/mask.h"
@@ -79,8 +80,10 @@ Status RotatingKVCache::SetMetaState(const MetaState& meta) {
         "RotatingKVCache: meta_state needs max_size >= 1 and 0 <= keep <= max_size, got keep " +
         std::to_string(keep) + ", max_size " + std::to_string(max_size));
   }
+  // _idx may pass the rows (keep == max_size drops writes past the end,
+  // as upstream) but never the tokens seen; CheckSavedState has the rest.
   const int64_t rows = buffers_->empty() ? max_size : buffers_->rows();
-  if (offset < 0 || idx < 0 || idx > rows) {
+  if (offset < 0 || idx < 0 || idx > std::max(rows, offset)) {
     return Status::InvalidArgument("RotatingKVCache: meta_state offset " + std::to_string(offset) +
                                    " / _idx " + std::to_string(idx) + " out of range for " +
                                    std::to_string(rows) + " buffered rows");
@@ -89,6 +92,26 @@ Status RotatingKVCache::SetMetaState(const MetaState& meta) {
   max_size_ = max_size;
   offset_ = offset;
   idx_ = idx;
+  return Status::OK();
+}
+
+// mlx-lm's state is the buffer cut to offset rows; its in-place path grows
+// the buffer to max_size before it wraps, and its concat path keeps at
+// least max_size - 1 rows once it drops one. So a saved window holding
+// fewer rows than its offset holds max_size - 1 rows or more (a decode from
+// a shorter one fails: the buffer would have to grow by max_size - offset).
+Status RotatingKVCache::CheckSavedState() const {
+  const int64_t rows = buffers_->rows();
+  const std::string where = "RotatingKVCache: offset " + std::to_string(offset_) + ", ";
+  if (rows > offset_) {
+    return Status::InvalidArgument(where + std::to_string(rows) +
+                                   " rows stored: a saved state holds at most offset rows");
+  }
+  if (offset_ > rows && rows < max_size_ - 1) {
+    return Status::InvalidArgument(where + std::to_string(rows) + " rows stored, max_size " +
+                                   std::to_string(max_size_) +
+                                   ": a window that has dropped rows holds at least max_size - 1");
+  }
   return Status::OK();
 }
 

@@ -51,6 +51,15 @@ bool IsBytePlaneContent(std::span<const std::byte> prefix) {
   return prefix.size() >= kMagicSize && std::memcmp(prefix.data(), kBytePlaneMagic, kMagicSize) == 0;
 }
 
+ZstdLevelRange ZstdLevels() { return {ZSTD_minCLevel(), ZSTD_maxCLevel()}; }
+
+Status CheckZstdLevel(int level) {
+  const ZstdLevelRange r = ZstdLevels();
+  if (level >= r.min && level <= r.max) return Status::OK();
+  return Status::InvalidArgument("zstd level " + std::to_string(level) + " outside [" + std::to_string(r.min) +
+                                 ", " + std::to_string(r.max) + "]");
+}
+
 std::string_view ZstdCodecName(ZstdCodec codec) {
   return codec == ZstdCodec::kBytePlane ? "zstd-byteplane" : "zstd";
 }

@@ -178,6 +178,7 @@ class PlainSink {
 
 Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::string& out,
                                 const TranscodeOptions& options) {
+  if (options.compression_level) KV_RETURN_IF_ERROR(CheckZstdLevel(*options.compression_level));
   // Opening validates the header, the layout, the layers' structure and
   // (compressed) the seek table.
   KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(env, in));

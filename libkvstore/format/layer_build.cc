@@ -49,8 +49,13 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const Tensor
     }
     return std::unique_ptr<Cache>(std::make_unique<CacheList>(std::move(children)));
   }
-  if (layer.empty_state) return EmptyCache(layer);
-  return CacheFromState(layer.class_name, layer.state.Resolve(arrays), layer.meta);
+  // from_state accepts more than mlx-lm ever saves; a layer of an mlx-lm
+  // file must be a state it can save (docs/format.md §5.8).
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Cache> cache,
+                      layer.empty_state ? EmptyCache(layer)
+                                        : CacheFromState(layer.class_name, layer.state.Resolve(arrays), layer.meta));
+  if (layer.saved_by_mlx_lm) KV_RETURN_IF_ERROR(cache->CheckSavedState());
+  return cache;
 }
 
 std::optional<int64_t> OffsetAfterLoad(const ParsedLayer& layer, const SafetensorsHeader& header) {

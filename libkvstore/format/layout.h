@@ -58,6 +58,11 @@ struct ParsedLayer {
   // mlx-swift-lm CacheList: built from `children` rather than from mlx-lm's
   // nested state.
   bool build_from_children = false;
+  // Written in an mlx-lm layout, so its state must be one mlx-lm's
+  // save_prompt_cache writes (Cache::CheckSavedState, docs/format.md §5.8).
+  // mlx-swift-lm's caches keep other invariants (e.g. a RotatingKVCache
+  // trimmed after a wrap holds fewer rows than its offset).
+  bool saved_by_mlx_lm = true;
   // Set when the layer can be inspected but not loaded (a class only
   // mlx-swift-lm has).
   Status unsupported;

@@ -219,6 +219,7 @@ Status ParseCacheList(const SwiftInput& in, const std::vector<std::string>& meta
 Result<ParsedLayer> ParseSwiftLayer(const SwiftInput& in, const std::string& cls, const std::vector<std::string>& meta,
                                     const std::vector<size_t>& tensors, int depth) {
   ParsedLayer layer;
+  layer.saved_by_mlx_lm = false;
   layer.stored_class = cls;
   layer.class_name = cls == "KVCacheSimple" ? "KVCache" : cls;
   layer.stored_meta = MetaState::Strings(meta);

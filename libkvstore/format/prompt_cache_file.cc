@@ -61,14 +61,17 @@ Result<LoadedPromptCache> LoadPromptCache(Env* env, const std::string& path, con
   out.compressed = info.compression.has_value();
   out.has_digests = info.has_digests;
   out.user_metadata = info.user_metadata;
-  if (!info.unsupported.empty()) return Status::NotSupported(path + ": " + info.unsupported);
+  // In kvtool verify's order: impossible layers (Corruption), the digests,
+  // then what kvstore cannot load; all before any layer is built.
+  const Status valid = reader->Validate();
+  if (valid.IsCorruption()) return valid;
   if (options.verify) {
     KV_ASSIGN_OR_RETURN(VerifyReport report, reader->Verify(options.threads));
     KV_RETURN_IF_ERROR(report.ToStatus(path));
     out.verified = true;
   }
-  // Impossible layers are refused before any layer is built.
-  KV_RETURN_IF_ERROR(reader->Validate());
+  if (!info.unsupported.empty()) return Status::NotSupported(path + ": " + info.unsupported);
+  KV_RETURN_IF_ERROR(valid);
   for (size_t i = 0; i < reader->num_layers(); ++i) {
     KV_ASSIGN_OR_RETURN(std::shared_ptr<Cache> layer, reader->ReadLayer(i));
     out.cache.push_back(std::move(layer));

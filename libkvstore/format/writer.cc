@@ -205,6 +205,7 @@ Status Saver::Write(WritableFile& out) {
 // The file's bytes, plain or inside the zstd container.
 Status WriteSaved(Saver& saver, WritableFile& file, const SavePromptCacheOptions& options) {
   if (!options.compression_level) return saver.Write(file);
+  KV_RETURN_IF_ERROR(CheckZstdLevel(*options.compression_level));
   ZstdWriteOptions z;
   z.level = *options.compression_level;
   z.frame_size = options.frame_size;

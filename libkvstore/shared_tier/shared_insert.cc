@@ -164,7 +164,7 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
     return present.status();
   }
 
-  const ChunkEncodeOptions encode{options.secret, options.compression_level};
+  const ChunkEncodeOptions encode{secret(), options.compression_level};
   PutBatch batch(*this);
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < count; ++i) {

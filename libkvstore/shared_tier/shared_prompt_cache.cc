@@ -4,6 +4,7 @@
 
 #include <system_error>
 
+#include "kvstore/zstd_seekable.h"
 #include "libkvstore/cache/cache_leaves.h"
 #include "libkvstore/shared_tier/shared_tier.h"
 #include "libkvstore/util/parallel.h"
@@ -96,11 +97,20 @@ SharedPromptCache::~SharedPromptCache() {
   for (std::thread& t : impl_->writers) t.join();
 }
 
-Result<std::unique_ptr<SharedPromptCache>> SharedPromptCache::Open(SharedPromptCacheOptions options) {
-  if (options.backend == nullptr) return Status::InvalidArgument("shared tier: no backend");
+Status SharedPromptCache::CheckOptions(const SharedPromptCacheOptions& options) {
   if (options.chunk_tokens < 1) return Status::InvalidArgument("shared tier: chunk_tokens must be >= 1");
   if (options.writer_threads < 1) return Status::InvalidArgument("shared tier: writer_threads must be >= 1");
   if (options.key_prefix.empty()) return Status::InvalidArgument("shared tier: empty key prefix");
+  if (options.secret && options.secret->empty()) {
+    return Status::InvalidArgument("shared tier: empty secret (give none for no seal)");
+  }
+  if (options.compression_level) KV_RETURN_IF_ERROR(CheckZstdLevel(*options.compression_level).WithPrefix("shared tier"));
+  return Status::OK();
+}
+
+Result<std::unique_ptr<SharedPromptCache>> SharedPromptCache::Open(SharedPromptCacheOptions options) {
+  if (options.backend == nullptr) return Status::InvalidArgument("shared tier: no backend");
+  KV_RETURN_IF_ERROR(CheckOptions(options));
   if (options.writer_id.empty()) options.writer_id = DefaultWriterId();
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
@@ -196,7 +206,7 @@ const std::string& SharedPromptCache::writer_id() const { return impl_->options.
 std::string SharedPromptCache::Describe() const {
   const SharedPromptCacheOptions& o = impl_->options;
   return "shared tier on " + o.backend->Describe() + ", " + std::to_string(o.chunk_tokens) + "-token chunks" +
-         (o.secret.empty() ? "" : ", sealed") +
+         (o.secret ? ", sealed" : "") +
          (o.compression_level ? ", zstd " + std::to_string(*o.compression_level) : "");
 }
 

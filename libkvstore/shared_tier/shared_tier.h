@@ -52,6 +52,8 @@ struct InsertJob {
 
 struct SharedPromptCache::Impl {
   SharedPromptCacheOptions options;
+  // The seal's secret, empty for none (Open refuses an empty one).
+  std::string_view secret() const { return options.secret ? std::string_view(*options.secret) : std::string_view(); }
   // Encodes, decodes and overlaps backend calls for every fetch and insert:
   // no call starts a thread of its own.
   std::unique_ptr<TaskPool> pool;

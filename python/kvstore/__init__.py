@@ -13,18 +13,34 @@ See docs/python.md for the full reference, BF16 handling and thread safety.
 """
 
 from . import errors
-from ._kvstore import (
-    DEFAULT_LAYOUT,
-    CacheFile,
-    Layer,
-    Tensor,
-    convert,
-    inspect,
-    load,
-    save,
-    trim,
-    verify,
-)
+
+try:
+    from ._kvstore import (
+        DEFAULT_LAYOUT,
+        CacheFile,
+        Layer,
+        Tensor,
+        convert,
+        inspect,
+        load,
+        save,
+        trim,
+        verify,
+    )
+except ModuleNotFoundError as e:
+    if e.name != __name__ + "._kvstore":
+        raise
+    import os as _os
+
+    raise ImportError(
+        "kvstore's compiled extension (_kvstore) is not next to " + _os.path.dirname(__file__) + ": "
+        "this is kvstore's source tree, which Python found first, most likely because it runs in "
+        "the repository's python/ folder (the current directory comes first on sys.path). Run it "
+        "from another directory, with the built package on the path (PYTHONPATH=<build>/python, "
+        "after 'bash scripts/build.sh build -DKVSTORE_PYTHON=ON') or installed ('pip install . "
+        "--no-build-isolation' in the repository)",
+        name=e.name,
+    ) from None
 from .errors import *  # noqa: F401,F403  (the exception classes)
 
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ import functools
 import importlib
 
 from . import _kvstore
-from .errors import NotSupportedError
+from .errors import InvalidArgumentError, NotSupportedError
 
 # The two forms of ArraysCache.state.
 ARRAYS_TRIPLE = "triple"  # (slots, left_padding, lengths): mlx-lm after v0.31
@@ -117,7 +117,14 @@ def _has_arrays(class_name, meta_state):
 
 def layers_from_caches(caches, module=None):
     """(class_name, state, meta_state) per cache, arrays as zero-copy Tensors."""
-    form = arrays_state_form(module)
+    try:
+        caches = list(caches)
+    except TypeError:
+        raise InvalidArgumentError(f"cache must be a list of mlx-lm cache objects, got {type(caches).__name__}") from None
+    for i, c in enumerate(caches):
+        if not (hasattr(type(c), "state") and hasattr(type(c), "meta_state")):
+            raise InvalidArgumentError(f"cache[{i}] is not an mlx-lm cache object (a {type(c).__name__})")
+    form = arrays_state_form(module) if caches else ARRAYS_TRIPLE
     layers = []
     for c in caches:
         name = type(c).__name__
@@ -129,10 +136,10 @@ def layers_from_caches(caches, module=None):
 
 def layout_for(layers, module=None):
     """The file layout the imported mlx-lm reads without misreading `layers`."""
-    if arrays_state_form(module) == ARRAYS_TRIPLE:
-        return "mlx-lm"
     if not any(_has_arrays(name, meta) for name, _, meta in layers):
         return "mlx-lm"  # the two layouts differ only for ArraysCache
+    if arrays_state_form(module) == ARRAYS_TRIPLE:
+        return "mlx-lm"
     if "mlx-lm-0.31" in getattr(_kvstore, "LAYOUTS", ()):
         return "mlx-lm-0.31"
     raise NotSupportedError(

@@ -131,7 +131,7 @@ class TieredPromptCache:
             tiers.append(("disk", self._disk.put))
         if redis is not None:
             try:
-                self._shared = _kvstore.SharedTier(os.fspath(redis), redis_key_prefix, redis_secret or "",
+                self._shared = _kvstore.SharedTier(os.fspath(redis), redis_key_prefix, redis_secret,
                                                    redis_chunk_tokens)
             except BaseException:
                 _close_tiers(None, self._disk, None)

@@ -105,6 +105,8 @@ def _mlx_reads_it(path):
     info = _kvstore.inspect(path)  # the header: safetensors rules, layout, classes
     if info["compression"] is not None or info["layout"] != "mlx-lm" or "unsupported" in info:
         return False
+    if not info["layers"]:
+        return False  # mlx-lm's loader cannot unpack a file of no layers; kvstore returns []
     if not info.get("valid", True):
         return False
 

@@ -3,6 +3,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "kvstore/cache_convert.h"
@@ -48,10 +49,10 @@ void ParseQuantize(py::handle quantize, LayerTransform& t) {
     const std::string spec = quantize.cast<std::string>();
     if (std::sscanf(spec.c_str(), "%d:%d", &t.bits, &t.group) < 1) ThrowInvalid("quantize must be BITS[:GROUP], got \"" + spec + "\"");
   } else if (py::isinstance<py::tuple>(quantize) && py::len(quantize) == 2) {
-    t.bits = quantize[py::int_(0)].cast<int>();
-    t.group = quantize[py::int_(1)].cast<int>();
-  } else if (py::isinstance<py::int_>(quantize)) {
-    t.bits = quantize.cast<int>();
+    t.bits = static_cast<int>(IntArg(quantize[py::int_(0)], "quantize bits", 0, 64));
+    t.group = static_cast<int>(IntArg(quantize[py::int_(1)], "quantize group", 0, 1024));
+  } else if (py::isinstance<py::int_>(quantize) && !py::isinstance<py::bool_>(quantize)) {
+    t.bits = static_cast<int>(IntArg(quantize, "quantize bits", 0, 64));
   } else {
     ThrowInvalid("quantize must be None, bits, (bits, group) or \"BITS[:GROUP]\"");
   }
@@ -85,8 +86,9 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
   std::optional<int> level_asked;
   const bool default_level = (py::isinstance<py::bool_>(compress) && compress.cast<bool>()) ||
                              (compress.is_none() && codec_asked);
-  if (py::isinstance<py::int_>(compress) && !py::isinstance<py::bool_>(compress)) level_asked = compress.cast<int>();
-  else if (!compress.is_none() && !py::isinstance<py::bool_>(compress)) ThrowInvalid("compress must be None, a bool or a zstd level");
+  if (py::isinstance<py::int_>(compress) && !py::isinstance<py::bool_>(compress)) {
+    level_asked = ParseCompression(compress, codec_value);
+  } else if (!compress.is_none() && !py::isinstance<py::bool_>(compress)) ThrowInvalid("compress must be None, a bool or a zstd level");
 
   Status s;
   {
@@ -122,11 +124,14 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
   ThrowIfError(s);
 }
 
-int64_t Trim(const std::filesystem::path& in_path, const std::filesystem::path& out_path, std::optional<int64_t> n, std::optional<int64_t> keep,
-             int threads) {
+int64_t Trim(const std::filesystem::path& in_path, const std::filesystem::path& out_path, py::object n_arg,
+             py::object keep_arg, int threads) {
   const std::string in = UserPath(in_path), out = UserPath(out_path);
-  if (n.has_value() == keep.has_value()) ThrowInvalid("give exactly one of n and keep");
-  if (n.value_or(0) < 0 || keep.value_or(0) < 0) ThrowInvalid("token counts must be >= 0");
+  if (n_arg.is_none() == keep_arg.is_none()) ThrowInvalid("give exactly one of n and keep");
+  constexpr int64_t kMaxTokens = std::numeric_limits<int64_t>::max();
+  std::optional<int64_t> n, keep;
+  if (!n_arg.is_none()) n = IntArg(n_arg, "n (tokens to trim)", 0, kMaxTokens);
+  if (!keep_arg.is_none()) keep = IntArg(keep_arg, "keep (tokens to keep)", 0, kMaxTokens);
   auto trimmed = [&]() -> Result<int64_t> {
     py::gil_scoped_release release;
     KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(Env::Default(), in));

@@ -23,6 +23,20 @@ const char* ExceptionName(StatusCode code) {
 
 }  // namespace
 
+int64_t IntArg(py::handle value, const std::string& what, int64_t min, int64_t max) {
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value)) {
+    ThrowStatus(Status::InvalidArgument(what + " must be an int in " + range + ", got " +
+                                        std::string(py::str(value.get_type().attr("__name__")))));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow != 0 || v < min || v > max) {
+    ThrowStatus(Status::InvalidArgument(what + " " + std::string(py::str(value)) + " outside " + range));
+  }
+  return v;
+}
+
 void ThrowStatus(const Status& status) {
   py::object errors = py::module_::import("kvstore.errors");
   py::object cls = errors.attr(ExceptionName(status.code()));

@@ -10,6 +10,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include "kvstore/status.h"
@@ -18,6 +20,10 @@ namespace kvstore::python {
 
 // Raises the Python exception for `status`. REQUIRES: !status.ok(); the GIL held.
 [[noreturn]] void ThrowStatus(const Status& status);
+
+// A Python int argument in [min, max] (bool is not an int here); else
+// InvalidArgumentError naming `what` and the range. REQUIRES: the GIL held.
+int64_t IntArg(pybind11::handle value, const std::string& what, int64_t min, int64_t max);
 
 inline void ThrowIfError(const Status& status) {
   if (!status.ok()) ThrowStatus(status);

@@ -144,12 +144,21 @@ py::object Inspect(const std::filesystem::path& file, bool verify) {
 
 py::dict Verify(const std::filesystem::path& file, int threads) {
   const std::string path = UserPath(file);
-  auto report = [&] {
+  // As kvtool verify: an impossible layer (Corruption) first, then the
+  // digests, then a layer kvstore cannot load.
+  Status valid;
+  auto report = [&]() -> Result<VerifyReport> {
     py::gil_scoped_release release;
-    return VerifyPromptCacheFile(Env::Default(), path, threads);
+    PromptCacheReader::Options open;
+    open.threads = threads;
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<PromptCacheReader> reader, PromptCacheReader::Open(Env::Default(), path, open));
+    valid = reader->Validate();
+    if (valid.IsCorruption()) return valid;
+    return reader->Verify(threads);
   }();
   VerifyReport r = Unwrap(std::move(report));
   ThrowIfError(VerificationStatus(path, r));
+  ThrowIfError(valid);
   py::dict out;
   out["path"] = path;
   out["bytes_hashed"] = r.bytes_hashed;
@@ -212,7 +221,10 @@ std::optional<int> ParseCompression(py::handle compress, ZstdCodec codec) {
     if (!compress.cast<bool>()) return std::nullopt;
     return DefaultLevel(codec);
   }
-  if (py::isinstance<py::int_>(compress)) return compress.cast<int>();
+  if (py::isinstance<py::int_>(compress)) {
+    const ZstdLevelRange levels = ZstdLevels();
+    return static_cast<int>(IntArg(compress, "compress (a zstd level)", levels.min, levels.max));
+  }
   ThrowInvalid("compress must be None, a bool or a zstd level");
 }
 
@@ -236,6 +248,8 @@ void RegisterFileApi(py::module_& m) {
   for (size_t i = 0; i < std::size(kWritableLayouts); ++i) layouts[i] = py::str(std::string(LayoutName(kWritableLayouts[i])));
   m.attr("LAYOUTS") = layouts;
   m.attr("DEFAULT_LAYOUT") = std::string(LayoutName(SavePromptCacheOptions{}.layout));  // docs/compat.md
+  const ZstdLevelRange levels = ZstdLevels();
+  m.attr("ZSTD_LEVELS") = py::make_tuple(levels.min, levels.max);  // compress= takes these, from libzstd
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("verify") = false, py::arg("threads") = 0);
   m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
         py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,

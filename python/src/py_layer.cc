@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "python/src/py_errors.h"
+#include "python/src/py_strided.h"
 #include "python/src/py_tree.h"
 
 namespace py = pybind11;
@@ -25,6 +26,10 @@ py::list LayersToPython(const PromptCache& cache) {
 
 PromptCache LayersFromPython(py::handle layers) {
   if (py::hasattr(layers, "layers") && !py::isinstance<py::list>(layers)) layers = layers.attr("layers");
+  if (!py::isinstance<py::iterable>(layers) || py::isinstance<py::str>(layers)) {
+    ThrowInvalid("layers must be a list of layers (kvstore.Layer or (class_name, state, meta_state)), got " +
+                 std::string(py::str(layers.get_type().attr("__name__"))));
+  }
   PromptCache out;
   for (py::handle layer : layers) out.push_back(CacheFromPython(layer));
   return out;

@@ -25,17 +25,19 @@ namespace {
 
 class PySharedTier {
  public:
-  PySharedTier(const std::string& url, const std::string& key_prefix, const std::string& secret,
+  // `secret` None: no seal; "" is refused (InvalidArgumentError) before connecting.
+  PySharedTier(const std::string& url, const std::string& key_prefix, std::optional<std::string> secret,
                int64_t chunk_tokens, std::optional<int> compression_level) {
-    redacted_url_ = RedactedRedisUrl(Unwrap(ParseRedisUrl(url)));
-    RedisOptions redis;
-    redis.url = url;
     SharedPromptCacheOptions options;
     options.key_prefix = key_prefix;
     options.chunk_tokens = chunk_tokens;
-    options.secret = secret;
+    options.secret = std::move(secret);
     options.compression_level = compression_level;
     options.async_insert = false;
+    ThrowIfError(SharedPromptCache::CheckOptions(options));
+    redacted_url_ = RedactedRedisUrl(Unwrap(ParseRedisUrl(url)));
+    RedisOptions redis;
+    redis.url = url;
     auto opened = [&]() -> Result<std::shared_ptr<SharedPromptCache>> {
       py::gil_scoped_release release;
       KV_ASSIGN_OR_RETURN(std::unique_ptr<KvBackend> owned, OpenRedisBackend(redis));
@@ -112,8 +114,8 @@ class PySharedTier {
 
 void RegisterSharedTier(py::module_& m) {
   py::class_<PySharedTier>(m, "SharedTier", "Prompt-cache chunks in Redis, shared by every server (the shared tier).")
-      .def(py::init<const std::string&, const std::string&, const std::string&, int64_t, std::optional<int>>(),
-           py::arg("url"), py::arg("key_prefix") = "kvstore:", py::arg("secret") = "",
+      .def(py::init<const std::string&, const std::string&, std::optional<std::string>, int64_t, std::optional<int>>(),
+           py::arg("url"), py::arg("key_prefix") = "kvstore:", py::arg("secret") = py::none(),
            py::arg("chunk_tokens") = 256, py::arg("compression_level") = py::none())
       .def("insert", &PySharedTier::Insert, py::arg("model"), py::arg("tokens"), py::arg("layers"))
       .def("fetch", &PySharedTier::Fetch, py::arg("model"), py::arg("tokens"), py::arg("min_tokens") = 0)

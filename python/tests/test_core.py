@@ -267,6 +267,95 @@ def test_bad_arguments_are_invalid_argument_errors(tmp_path):
     assert not os.path.exists(out)
 
 
+def test_every_bad_argument_is_an_invalid_argument_error(tmp_path):
+    out = str(tmp_path / "o.safetensors")
+    src = str(F16)
+    layers = kv_layers()
+    calls = [
+        lambda: kvstore.save(out, layers, compress=2**70),
+        lambda: kvstore.save(out, layers, compress=99),  # zstd stops at 22
+        lambda: kvstore.save(out, layers, compress=-(2**40)),
+        lambda: kvstore.save(out, None, {}),
+        lambda: kvstore.save(out, 5),
+        lambda: kvstore.convert(src, out, compress=2**70),
+        lambda: kvstore.convert(src, out, compress=99),
+        lambda: kvstore.convert(src, out, quantize=(2**70, 64)),
+        lambda: kvstore.trim(src, out, 2**70),
+        lambda: kvstore.trim(src, out, "7"),
+        lambda: kvstore.trim(src, out, keep=-1),
+    ]
+    for i, call in enumerate(calls):
+        with pytest.raises(kvstore.InvalidArgumentError) as e:
+            call()
+        assert isinstance(e.value, kvstore.errors.Error), i
+        assert not os.path.exists(out), i
+    assert kvstore._kvstore.ZSTD_LEVELS[1] == 22  # the range is libzstd's own
+    kvstore.save(out, layers, compress=22)
+    assert kvstore.load(out, verify=True).compressed
+
+
+def bad_files(tmp_path):
+    """Files kvstore refuses, one per kind of problem: name -> path."""
+    k = np.zeros((1, 2, 4, 8), np.float16)
+    files = {}
+
+    def save(name, layers, **kw):
+        files[name] = str(tmp_path / (name + ".safetensors"))
+        kvstore.save(files[name], layers, **kw)
+
+    # States mlx-lm cannot save (docs/format.md §5.8), with and without digests.
+    short_window = [("RotatingKVCache", [k, k], ["0", "16", "8", "4"])]
+    save("short-window", short_window)
+    save("short-window-no-digests", short_window, integrity=False)
+    save("rows-beyond-offset", [("RotatingKVCache", [k, k], ["0", "16", "3", "3"])])
+    save("rotated-not-a-bool", [("BatchRotatingKVCache", [k, k, np.zeros(1, np.int32), np.zeros(1, np.int32)],
+                                 ["4", "4", "4", "yes"])])
+    save("flipped", kv_layers())
+    flip_byte(files["flipped"])
+    save("no-digests", kv_layers(), integrity=False)
+    files["not-json"] = str(tmp_path / "not-json.safetensors")
+    open(files["not-json"], "wb").write(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    files["truncated"] = str(tmp_path / "truncated.safetensors")
+    open(files["truncated"], "wb").write(open(F16, "rb").read()[:-100])
+    files["empty"] = str(tmp_path / "empty.safetensors")
+    open(files["empty"], "wb").close()
+    files["unknown-class"] = str(tmp_path / "unknown-class.safetensors")
+    header = b'{"__metadata__":{"2.0":"NoSuchCache","0.0":""}}'
+    open(files["unknown-class"], "wb").write(len(header).to_bytes(8, "little") + header)
+    files["missing"] = str(tmp_path / "missing.safetensors")
+    return files
+
+
+def test_python_and_kvtool_classify_bad_files_alike(tmp_path):
+    files = bad_files(tmp_path)
+    assert len(files) == 11
+    seen = set()
+    for name, path in files.items():
+        verify_code = kvtool_run("verify", "-q", path)[0]
+        inspect_code = kvtool_run("inspect", path)[0]
+        for what, call, code in [("load(verify=True)", lambda: kvstore.load(path, verify=True), verify_code),
+                                 ("verify", lambda: kvstore.verify(path), verify_code),
+                                 ("inspect", lambda: kvstore.inspect(path), inspect_code)]:
+            if code == 0:
+                kvstore.inspect(path)  # kvtool inspect lists what it cannot load without failing
+                continue
+            with pytest.raises(kvstore.Error) as e:
+                call()
+            assert e.value.exit_code == code, (name, what, e.value)
+            seen.add(code)
+    assert seen == {2, 3, 4}
+    with pytest.raises(kvstore.CorruptionError, match="max_size - 1"):
+        kvstore.load(files["short-window"], verify=True)
+
+
+def test_the_source_tree_says_how_to_import_the_package():
+    run = subprocess.run([sys.executable, "-c", "import kvstore"], cwd=REPO / "python", capture_output=True,
+                         text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert run.returncode != 0
+    assert "source tree" in run.stderr and "PYTHONPATH=<build>/python" in run.stderr, run.stderr
+    assert "No module named" not in run.stderr
+
+
 def test_convert_and_trim_do_what_kvtool_does(tmp_path):
     src = str(F16)
     ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")

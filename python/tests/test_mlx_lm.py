@@ -7,7 +7,7 @@ import types
 import pytest
 
 import kvstore
-from conftest import FIXTURES, fixture_files, flatten, sha256
+from conftest import FIXTURES, REPO, fixture_files, flatten, sha256
 from mlx_lm_v031 import release_arrays_cache
 from kvstore import _mlx_bridge
 from kvstore.mlx_lm import load_prompt_cache, save_prompt_cache
@@ -215,3 +215,87 @@ def test_legacy_mamba_cache_loads_as_an_arrays_cache(mlx_cache, mx):
     path = FIXTURES / "mlx-lm-v0.30.5-19-gb77ec6b9" / "mambacache_kv.safetensors"
     caches = load_prompt_cache(str(path))
     assert "ArraysCache" in [type(c).__name__ for c in caches]
+
+
+def _round_trips_both_ways(mlx_cache, mx, tmp_path, caches, name):
+    """Ours writes -> mlx-lm reads, mlx-lm writes -> ours reads (both readers), bit for bit."""
+    ours, theirs = str(tmp_path / f"{name}.ours.safetensors"), str(tmp_path / f"{name}.theirs.safetensors")
+    save_prompt_cache(ours, caches, {"case": name})
+    mlx_cache.save_prompt_cache(theirs, caches, {"case": name})
+    want = mlx_cache.load_prompt_cache(theirs)
+    assert_same_caches(mx, mlx_cache.load_prompt_cache(ours), want)
+    for verify in (False, True):
+        assert_same_caches(mx, load_prompt_cache(theirs, verify=False), want)
+        assert_same_caches(mx, load_prompt_cache(ours, verify=verify), want)
+    return ours, theirs
+
+
+def test_batch_caches_with_per_row_vectors_of_another_length_round_trip(mlx_cache, mx, tmp_path):
+    # mlx-lm's own tests build these: left_padding for 2 rows, then an update of 4.
+    kv = mx.arange(4 * 4 * 7 * 4, dtype=mx.float32).reshape(4, 4, 7, 4)
+    batch = mlx_cache.BatchKVCache(left_padding=[1, 2])
+    batch.update_and_fetch(kv, kv)
+    rotating = mlx_cache.BatchRotatingKVCache(max_size=10, left_padding=[1, 2])
+    rotating.update_and_fetch(kv, kv)
+    for name, cache in (("batch", batch), ("batch-rotating", rotating)):
+        ours, theirs = _round_trips_both_ways(mlx_cache, mx, tmp_path, [cache], name)
+        for path in (ours, theirs):
+            assert kvstore.inspect(path)["valid"]
+            layer = kvstore.load(path).layers[0]
+            assert [t.shape for t in layer.state] == [(4, 4, 7, 4), (4, 4, 7, 4), (2,), (2,)]
+
+
+def test_states_mlx_lm_writes_at_the_edges_pass(mlx_cache, mx, tmp_path):
+    def rotating(max_size, keep, *updates):
+        c = mlx_cache.RotatingKVCache(max_size=max_size, keep=keep)
+        for n in updates:
+            x = mx.ones((1, 2, n, 8), dtype=mx.float16)
+            c.update_and_fetch(x, x)
+        return c
+
+    cases = {
+        # a 0-token update after the window overflowed: offset 10 > 7 rows = max_size - 1 (L17's bound)
+        "zero-token-update": rotating(8, 0, 10, 0),
+        # keep == max_size: _idx counts on past the buffer (L8 allows _idx up to offset)
+        "keep-equals-max-size": rotating(2, 2, 1, 1, 1, 1),
+        "wrapped": rotating(8, 4, 5, 1, 1, 1, 1, 1, 1),
+        "concat-past-window": rotating(8, 0, 6, 5, 3),
+    }
+    assert len(cases) == 4
+    for name, cache in cases.items():
+        ours, theirs = _round_trips_both_ways(mlx_cache, mx, tmp_path, [cache], name)
+        for path in (ours, theirs):
+            assert kvstore.inspect(path)["valid"], (name, kvstore.inspect(path))
+
+
+def test_every_file_mlx_lm_wrote_passes_validation():
+    roots = [REPO / "fixtures", REPO.parent / "shared" / "fixtures"]
+    files = [p for root in roots if root.is_dir() for p in sorted(root.rglob("*.safetensors"))
+             if "traces" not in p.parts and "model" not in p.parts]  # not prompt caches
+    # 24 mlx-lm prompt caches and 3 llama.cpp conversions, in fixtures/ and in ../shared/fixtures.
+    assert len(files) == 27 * sum(root.is_dir() for root in roots)
+    for path in files:
+        info = kvstore.inspect(str(path))
+        assert info["valid"], (path, info)
+        kvstore.load(str(path))
+
+
+def test_an_empty_prompt_cache_loads_as_an_empty_list_on_every_path(mlx_cache, tmp_path):
+    ours, theirs = str(tmp_path / "ours.safetensors"), str(tmp_path / "theirs.safetensors")
+    save_prompt_cache(ours, [], {"model": "none"})
+    mlx_cache.save_prompt_cache(theirs, [], {"model": "none"})
+    with pytest.raises(ValueError):
+        mlx_cache.load_prompt_cache(theirs)  # mlx-lm saves it but cannot load it
+    for path in (ours, theirs):
+        for verify in (False, True):
+            if verify and path == theirs:
+                continue  # mlx-lm writes no digests
+            assert load_prompt_cache(path, verify=verify) == []
+            assert load_prompt_cache(path, return_metadata=True, verify=verify) == ([], {"model": "none"})
+
+
+def test_a_list_of_non_caches_is_an_invalid_argument(mlx_cache, tmp_path):
+    for bad in ([1, 2], None, [mlx_cache.KVCache(), "x"]):
+        with pytest.raises(kvstore.InvalidArgumentError):
+            save_prompt_cache(str(tmp_path / "x.safetensors"), bad)
+    assert not (tmp_path / "x.safetensors").exists()

@@ -398,3 +398,16 @@ def test_redis_namespace_is_a_deprecated_alias_of_redis_key_prefix():
         TieredPromptCache(redis_namespace="mine:").close()
     with pytest.raises(TypeError, match="not both"):
         TieredPromptCache(redis_key_prefix="a:", redis_namespace="b:")
+
+
+def test_an_empty_redis_secret_is_refused_not_taken_for_none(tmp_path):
+    # Nothing listens on port 1: a secret that passes the check fails to connect instead.
+    url = "redis://127.0.0.1:1"
+    for make in (lambda: TieredPromptCache(directory=tmp_path / "d", redis=url, redis_secret=""),
+                 lambda: kvstore._kvstore.SharedTier(url, secret="")):
+        with pytest.raises(kvstore.InvalidArgumentError, match="empty secret") as e:
+            make()
+        assert isinstance(e.value, kvstore.errors.Error)
+    for secret in (None, "s"):
+        with pytest.raises(kvstore.FileIOError):
+            TieredPromptCache(redis=url, redis_secret=secret)
