@@ -94,6 +94,24 @@ TEST_F(ChunkCodecTest, WrongDtypeOrClassIsRefusedFromTheHeader) {
               HasCode(StatusCode::kCorruption, "piece class RotatingKVCache, expected KVCache"));
 }
 
+// The two header fields that name the chunk's content, each checked on its
+// own: tokens that agree with the key's do not excuse another chain hash,
+// and a chain hash that agrees does not excuse other tokens.
+TEST_F(ChunkCodecTest, TokensAndChainHashAreEachComparedWithTheKey) {
+  const Tokens others = Iota(kC, 5000);
+  ChunkHeader h = Header();
+  h.chain = ChainHashes(ns_, others, 1)[0].ToHex();
+  ChunkFault fault = ChunkFault::kCorrupt;
+  EXPECT_THAT(Decode(RowsValue(kC, h), &fault),
+              HasCode(StatusCode::kCorruption, key_ + ": holds chain hash " + h.chain.substr(0, 16)));
+  EXPECT_EQ(fault, ChunkFault::kMismatched);
+  h = Header();
+  h.tokens = others;
+  fault = ChunkFault::kCorrupt;
+  EXPECT_THAT(Decode(RowsValue(kC, h), &fault), HasCode(StatusCode::kCorruption, key_ + ": holds other tokens"));
+  EXPECT_EQ(fault, ChunkFault::kMismatched);
+}
+
 // A header larger than any chunk's (here a 2 MiB writer name) is refused
 // before it is parsed.
 TEST_F(ChunkCodecTest, AnOversizedHeaderIsRefused) {

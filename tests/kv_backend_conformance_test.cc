@@ -7,6 +7,7 @@
 
 #include "kvstore/kv_backend.h"
 #include "kvstore/redis_backend.h"
+#include "libkvstore/remote/mem_kv_backend.h"
 #include "redis_test_util.h"
 #include "testutil.h"
 
@@ -35,6 +36,7 @@ class KvBackendConformance : public ::testing::TestWithParam<Kind> {
     const char* name = GetParam() == Kind::kRedis ? "KVSTORE_TEST_REDIS_URL"
                                                    : "KVSTORE_TEST_REDIS_CLUSTER_URL";
     KVSTORE_REDIS_SETTING_OR_SKIP(url, name);
+    url_ = url;
     // Generous timeouts: the suite checks semantics, on a busy 2-core machine.
     RedisOptions options{.url = url, .connect_timeout = std::chrono::seconds(2),
                          .command_timeout = std::chrono::seconds(5)};
@@ -57,6 +59,16 @@ class KvBackendConformance : public ::testing::TestWithParam<Kind> {
     ASSERT_EQ(wrote, std::vector<bool>{true}) << key;
   }
 
+  // Makes `key` hold another type than a byte string (a Redis LIST).
+  void PutOtherType(const std::string& key) {
+    if (GetParam() == Kind::kMemory) {
+      static_cast<MemKvBackend*>(backend_.get())->PutOtherType(key);
+    } else {
+      MustPutList(url_, key);
+    }
+  }
+
+  std::string url_;  // a Redis backend's
   std::string prefix_;
   std::unique_ptr<KvBackend> backend_;
 };
@@ -152,6 +164,42 @@ TEST_P(KvBackendConformance, DeleteIfEqualsDeletesOnlyTheValueGiven) {
   EXPECT_EQ(del(Key("big"), big), "kept");
   big.back() = 'v';
   EXPECT_EQ(del(Key("big"), big), "deleted");
+}
+
+// A key of another type (a LIST where a value should be) is reported per
+// key, and only the compare-and-delete for another type removes it: a
+// byte string written in its place since survives.
+TEST_P(KvBackendConformance, AKeyOfAnotherTypeIsReportedAndDeletedOnlyWhileItIsOne) {
+  Put(Key("value"), "v");
+  PutOtherType(Key("list"));
+  const std::vector<std::string> keys = {Key("value"), Key("list"), Key("missing")};
+  EXPECT_THAT(backend_->Get(keys), HasCode(StatusCode::kFailedPrecondition, "WRONGTYPE"));
+  std::vector<bool> other_type;
+  ASSERT_OK_AND_ASSIGN(auto values, backend_->Get(keys, &other_type));
+  EXPECT_EQ(values, (std::vector<std::optional<std::string>>{"v", std::nullopt, std::nullopt}));
+  EXPECT_EQ(other_type, (std::vector<bool>{false, true, false}));
+  EXPECT_THAT(backend_->GetRange(Key("list"), 0, 8), HasCode(StatusCode::kFailedPrecondition, "WRONGTYPE"));
+  ASSERT_OK_AND_ASSIGN(std::vector<bool> exists, backend_->Exists(keys));
+  EXPECT_EQ(exists, (std::vector<bool>{true, true, false}));
+  const std::string list = Key("list");
+  KvPut put{list, "good"};
+  ASSERT_OK_AND_ASSIGN(std::vector<bool> wrote, backend_->PutIfAbsent({&put, 1}));
+  EXPECT_EQ(wrote, std::vector<bool>{false});
+
+  auto said = [](const Result<bool>& r) -> std::string {
+    return !r.ok() ? r.status().ToString() : *r ? "deleted" : "kept";
+  };
+  EXPECT_EQ(said(backend_->DeleteIfEquals(Key("list"), "")), "kept");
+  EXPECT_EQ(said(backend_->DeleteIfOtherType(Key("value"))), "kept");
+  EXPECT_EQ(said(backend_->DeleteIfOtherType(Key("missing"))), "kept");
+  EXPECT_EQ(said(backend_->DeleteIfOtherType(Key("list"))), "deleted");
+  ASSERT_OK_AND_ASSIGN(exists, backend_->Exists(keys));
+  EXPECT_EQ(exists, (std::vector<bool>{true, false, false}));
+  // The key holds a good value again: the late delete keeps it.
+  Put(Key("list"), "good");
+  EXPECT_EQ(said(backend_->DeleteIfOtherType(Key("list"))), "kept");
+  ASSERT_OK_AND_ASSIGN(values, backend_->Get(std::vector<std::string>{Key("list")}));
+  EXPECT_EQ(values[0], "good");
 }
 
 TEST_P(KvBackendConformance, ScanFindsExactlyThePrefixTakenLiterally) {

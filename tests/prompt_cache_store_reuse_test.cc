@@ -83,6 +83,7 @@ TEST_F(PromptCacheStoreTest, DropOfAReplacedEntryKeepsTheNewFile) {
   HookEnv env(env_.get());
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<PromptCacheStore> store,
                        PromptCacheStore::Open(&env, kvstore::testing::kDir, {}));
+  ASSERT_OK(store->WaitUntilIndexed());
 
   std::mutex mu;
   std::condition_variable cv;
@@ -170,6 +171,7 @@ TEST_F(PromptCacheStoreTest, UntrimmableLongerEntryIsNotServedAndLearned) {
   HookEnv env(env_.get());
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<PromptCacheStore> store,
                        PromptCacheStore::Open(&env, kvstore::testing::kDir, {}));
+  ASSERT_OK(store->WaitUntilIndexed());
   EXPECT_EQ(Fetch(*store, Then(Span(1, 60), 999)), -1);
   EXPECT_EQ(env.entry_reads, 1);  // loaded once, found untrimmable
   EXPECT_EQ(Fetch(*store, Then(Span(1, 60), 999)), -1);

@@ -60,6 +60,7 @@ TEST_F(PromptCacheStoreTest, UnreadableFileIsSkippedButKept) {
   UnreadableEnv env(env_.get());
   Result<std::unique_ptr<PromptCacheStore>> store = PromptCacheStore::Open(&env, kDir, {});
   ASSERT_OK(store);
+  ASSERT_OK((*store)->WaitUntilIndexed());
   env.unreadable = Path(FileOf({1, 2, 3}));
   EXPECT_EQ(Fetch(**store, {1, 2, 3, 4}), 2);
   EXPECT_EQ((*store)->entries(), 2);
@@ -110,6 +111,7 @@ TEST_F(PromptCacheStoreTest, FailedPutKeepsTheOldEntry) {
   FaultInjectionEnv env(env_.get());
   Result<std::unique_ptr<PromptCacheStore>> store = PromptCacheStore::Open(&env, kDir, {});
   ASSERT_OK(store);
+  ASSERT_OK((*store)->WaitUntilIndexed());
   env.FailNth(FaultInjectionEnv::Op::kRename, 1);
   EXPECT_THAT((*store)->Put("m", Tokens{1, 2, 3}, CacheOf(3, 8)), testing::HasCode(StatusCode::kIOError, "injected"));
   std::string got;

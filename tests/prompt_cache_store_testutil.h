@@ -34,7 +34,9 @@ class PromptCacheStoreTest : public ::testing::Test {
   std::unique_ptr<PromptCacheStore> OpenStore(StoreOpenReport* report = nullptr, int64_t max_bytes = int64_t{1} << 30) {
     Result<std::unique_ptr<PromptCacheStore>> store = PromptCacheStore::Open(env_.get(), kDir, {max_bytes}, report);
     EXPECT_OK(store);
-    return store.ok() ? std::move(store).value() : nullptr;
+    if (!store.ok()) return nullptr;
+    EXPECT_OK((*store)->WaitUntilIndexed().status());  // the tests below look at an indexed store
+    return std::move(store).value();
   }
 
   // Puts each key with the cache CacheOf(size, seed) and closes the store.

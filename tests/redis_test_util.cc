@@ -76,6 +76,23 @@ RedisReply RedisAdmin::Must(const std::vector<std::string>& args) {
   return std::move(r).value();
 }
 
+void MustPutList(const std::string& url, const std::string& key) {
+  Result<std::unique_ptr<RedisAdmin>> admin = RedisAdmin::Connect(url);
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  Result<RedisReply> r = (*admin)->Run({"RPUSH", key, "not a chunk"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  if (r->error_code() == "MOVED") {  // "MOVED <slot> <host>:<port>"
+    const std::string target = r->str.substr(r->str.rfind(' ') + 1);
+    const RedisUrl u = ParseRedisUrl(url).value();
+    const std::string credentials = u.password.empty() ? "" : u.user + ":" + u.password + "@";
+    admin = RedisAdmin::Connect("redis://" + credentials + target);
+    ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+    (*admin)->Must({"RPUSH", key, "not a chunk"});
+    return;
+  }
+  ASSERT_FALSE(r->is_error()) << r->str;
+}
+
 RedisServerProcess::RedisServerProcess(std::vector<std::string> extra_args)
     : extra_args_(std::move(extra_args)) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "kvstore-redis-XXXXXX").string();

@@ -52,6 +52,11 @@ class RedisAdmin {
   std::unique_ptr<RedisConnection> connection_;
 };
 
+// Makes `key` a LIST on the node that owns it (following a cluster's MOVED
+// from the URL's node): a key of another type than a byte string. Fails
+// the test when it cannot.
+void MustPutList(const std::string& url, const std::string& key);
+
 // A private redis-server (no password, no persistence) for tests that kill,
 // pause or fill a server. Its port stays the same across restarts.
 class RedisServerProcess {

@@ -88,6 +88,7 @@ TEST(ServerPromptCacheReuseTest, CacheListOfAttentionLayersIsServedTrimmed) {
 TEST(ServerPromptCacheReuseTest, InsertRefusesLayersHoldingAnotherTokenCount) {
   std::unique_ptr<Env> env = NewMemEnv();
   ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  ASSERT_OK(store->WaitUntilIndexed());
   ServerPromptCache server({.disk = store.get()});
   const PromptCache fifty = {Attention(50, 1)};
   const ModelFingerprint fp = testing::FingerprintOf(fifty, "m");
@@ -133,6 +134,7 @@ PromptCache Hybrid(int64_t tokens, uint64_t seed) {
 TEST(ServerPromptCacheReuseTest, ExactRepeatOfAnUntrimmableModelUsesTheCheckpoint) {
   std::unique_ptr<Env> env = NewMemEnv();
   ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  ASSERT_OK(store->WaitUntilIndexed());
   const Tokens t = Iota(8);
   const PromptCache full = Hybrid(8, 1), checkpoint = Hybrid(4, 1);
   const ModelFingerprint fp = testing::FingerprintOf(full, "m");
@@ -169,6 +171,7 @@ TEST(ServerPromptCacheReuseTest, EditedLastMessageIsServedByEveryTier) {
   const ModelFingerprint fp = testing::FingerprintOf(stored, "m");
   std::unique_ptr<Env> env = NewMemEnv();
   ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  ASSERT_OK(store->WaitUntilIndexed());
   std::unique_ptr<KvBackend> backend = NewMemKvBackend();
   auto tier = testing::OpenTier(backend.get(), 16);
   ServerPromptCache writer({.disk = store.get(), .shared = tier.get()});
@@ -200,6 +203,7 @@ TEST(ServerPromptCacheReuseTest, LongerEntrySharingMoreThanAStoredPrefixWins) {
   const ModelFingerprint fp = testing::FingerprintOf(stored, "m");
   std::unique_ptr<Env> env = NewMemEnv();
   ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  ASSERT_OK(store->WaitUntilIndexed());
   ServerPromptCache writer({.disk = store.get()});
   ASSERT_OK(writer.Insert(fp, Iota(100), stored));
   ASSERT_OK(writer.Insert(fp, Iota(70), {Attention(70, 10)}));

@@ -119,6 +119,7 @@ TEST(ServerPromptCacheTest, FetchRefreshesRecencyAndBudgetsHold) {
 TEST(ServerPromptCacheTest, DiskHitsAreServedAndKeptInMemory) {
   std::unique_ptr<Env> env = NewMemEnv();
   ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
+  ASSERT_OK(store->WaitUntilIndexed());
   const Tokens t = Iota(50);
   {
     ServerPromptCache writer({.disk = store.get()});

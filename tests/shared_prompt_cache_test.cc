@@ -216,6 +216,30 @@ TEST_F(SharedPromptCacheTest, AValidChunkUnderAnotherKeyIsRefused) {
   }
 }
 
+// Without a secret, at every chain position including the first (no
+// parent), a valid chunk of another prompt with the same parent copied
+// under this prompt's key is refused by comparing the tokens it holds with
+// the key's; the prefix before it is still served.
+TEST_F(SharedPromptCacheTest, ACopiedChunkIsRefusedAtEveryChainPosition) {
+  auto tier = OpenTier(backend_.get(), kC);
+  for (int64_t i = 0; i < 4; ++i) {
+    SCOPED_TRACE("chain position " + std::to_string(i));
+    const Tokens shared = Iota(i * kC, 100);
+    const Tokens a = Concat(shared, Iota(kC, 5000)), b = Concat(shared, Iota(kC, 9000));
+    const PromptCache a_cache = TwoLayers((i + 1) * kC, 10 + i), b_cache = TwoLayers((i + 1) * kC, 20 + i);
+    ASSERT_OK(tier->Insert(fp_, a, a_cache));
+    ASSERT_OK(tier->Insert(fp_, b, b_cache));
+    Replace(KeyOf(b, i), Value(KeyOf(a, i)));
+    const SharedPromptCache::Stats before = tier->stats();
+    ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, b));
+    EXPECT_EQ(hit.has_value() ? hit->tokens : 0, i * kC);
+    EXPECT_EQ(tier->stats().mismatched, before.mismatched + 1);
+    EXPECT_EQ(tier->stats().deleted, before.deleted + 1);
+    EXPECT_EQ(tier->stats().last_refusal, "shared tier: " + KeyOf(b, i) + ": holds other tokens");
+    EXPECT_FALSE(Has(KeyOf(b, i)));
+  }
+}
+
 TEST_F(SharedPromptCacheTest, AnotherModelNeverSeesTheChunks) {
   auto tier = OpenTier(backend_.get(), kC);
   ASSERT_OK(tier->Insert(fp_, first_, first_cache_));

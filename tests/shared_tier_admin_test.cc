@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "kvstore/kv_cache.h"
+#include "libkvstore/shared_tier/chunk_codec.h"
 #include "libkvstore/shared_tier/chunk_keys.h"
 #include "shared_tier_testutil.h"
 
@@ -106,6 +107,43 @@ TEST_F(SharedTierAdminTest, AChunkFromItsHeader) {
   EXPECT_OK(ReadSharedChunkInfo(*backend_, KeyOf(first_, 1)));
   EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 1), "s"),
               HasCode(StatusCode::kCorruption, "': SHA-256 mismatch: expected "));
+}
+
+// Without a secret nothing binds a value to its key but the chunk its
+// header names: a valid value copied under another key must not verify.
+TEST_F(SharedTierAdminTest, AValueUnderAnotherKeyDoesNotVerifyWithoutASecret) {
+  const ChunkNamespace ns = MakeChunkNamespace(fp_, kC);
+  auto value_of = [&](const std::string& key) { return *(*backend_->Get(std::vector<std::string>{key}))[0]; };
+  auto plant = [&](const std::string& key, const std::string& value) {
+    ASSERT_OK(backend_->Delete(std::vector<std::string>{key}));
+    ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{key, value}}));
+  };
+  // first_'s chunk 3 under second_'s (same position and parent, other tokens).
+  const std::string copied = value_of(KeyOf(first_, 3));
+  const std::string theirs = KeyOf(second_, 3), mine = KeyOf(first_, 3);
+  ASSERT_OK(VerifySharedChunk(*backend_, theirs, ""));
+  plant(theirs, copied);
+  const std::string their_hash = theirs.substr(theirs.size() - 64), my_hash = mine.substr(mine.size() - 64);
+  EXPECT_THAT(VerifySharedChunk(*backend_, theirs, ""),
+              HasCode(StatusCode::kCorruption, theirs + ": the value's chain hash " + my_hash + " is not the key's " +
+                                                   their_hash + " (a value copied under another key)"));
+  EXPECT_THAT(VerifySharedChunk(*backend_, theirs, "s"), HasCode(StatusCode::kCorruption, "HMAC"));
+  // Under the snapshot key of its own chain hash, and under a key that names no chunk.
+  const std::string snapshot_key = ChunkKeyPrefix("kvstore:", ns.id, ChunkKind::kSnapshot) + my_hash;
+  plant(snapshot_key, copied);
+  EXPECT_THAT(VerifySharedChunk(*backend_, snapshot_key, ""),
+              HasCode(StatusCode::kCorruption, "a rows value under a snapshot key"));
+  plant("kvstore:elsewhere", copied);
+  EXPECT_THAT(VerifySharedChunk(*backend_, "kvstore:elsewhere", ""),
+              HasCode(StatusCode::kCorruption, "holds the chunk of chain hash " + my_hash + ", but is not a chunk key"));
+  // A header claiming the key's chain hash over other tokens.
+  ASSERT_OK_AND_ASSIGN(SharedChunkInfo info, ReadSharedChunkInfo(*backend_, mine));
+  ChunkHeader forged{.kind = ChunkKind::kRows, .ns_digest = info.ns_digest, .index = 3, .chunk_tokens = kC,
+                     .tokens = Iota(kC, 77), .chain = their_hash, .parent = info.parent, .layers = {}, .writer = "w"};
+  ASSERT_OK_AND_ASSIGN(std::string value, EncodeChunk(theirs, forged, {}, {}));
+  plant(theirs, value);
+  EXPECT_THAT(VerifySharedChunk(*backend_, theirs, ""),
+              HasCode(StatusCode::kCorruption, "chain hash " + their_hash + " does not follow from its parent and tokens"));
 }
 
 TEST_F(SharedTierAdminTest, CompressedChunksAreReadWhole) {

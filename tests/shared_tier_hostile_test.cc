@@ -1,8 +1,11 @@
 // SharedPromptCache against values planted by someone else: a fetch is a
 // hit or a miss, never an error, and a refused value is deleted.
+#include <functional>
+
 #include "kvstore/kv_cache.h"
 #include "kvstore/rotating_kv_cache.h"
 #include "kvstore/server_prompt_cache.h"
+#include "libkvstore/remote/mem_kv_backend.h"
 #include "libkvstore/shared_tier/chunk_codec.h"
 #include "shared_tier_testutil.h"
 
@@ -26,7 +29,7 @@ PromptCache WindowModel(int64_t tokens) {
 }
 
 class SharedTierHostileTest : public ::testing::Test {
- protected:
+ public:
   std::unique_ptr<KvBackend> backend_ = NewMemKvBackend();
   std::unique_ptr<SharedPromptCache> tier_ = OpenTier(backend_.get(), kC);
   const PromptCache cache_ = WindowModel(2 * kC);
@@ -41,7 +44,36 @@ class SharedTierHostileTest : public ::testing::Test {
     ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{key, value}}));
   }
   bool Has(const std::string& key) { return (*backend_->Exists(std::vector<std::string>{key}))[0]; }
+  // Makes `key` hold another type than a byte string (as RPUSH would in Redis).
+  void PlantOtherType(const std::string& key) { static_cast<MemKvBackend*>(backend_.get())->PutOtherType(key); }
 };
+
+// A key of another type where a chunk or a snapshot should be is a corrupt
+// value: a counted miss (not a backend error), deleted, so that the next
+// insert puts the chunk back.
+TEST_F(SharedTierHostileTest, AKeyOfAnotherTypeIsACountedMissAndDeleted) {
+  const PromptCacheCheckpoint at_one_chunk[] = {{kC, WindowModel(kC)}};
+  ASSERT_OK(tier_->Insert(fp_, tokens_, cache_, at_one_chunk));
+  const Tokens query = Iota(2 * kC + 1);
+  const std::string keys[] = {ChunkKey("kvstore:", ns_, ChunkKind::kRows, chain_[1]),
+                              ChunkKey("kvstore:", ns_, ChunkKind::kSnapshot, chain_[1])};
+  for (size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE(keys[i]);
+    PlantOtherType(keys[i]);
+    ASSERT_OK_AND_ASSIGN(auto hit, tier_->Fetch(fp_, query));
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->tokens, kC);
+    EXPECT_EQ(tier_->stats().corrupt, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(tier_->stats().deleted, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(tier_->stats().backend_errors, 0);
+    EXPECT_EQ(tier_->stats().last_refusal, "shared tier: " + keys[i] + ": holds another type than a byte string");
+    EXPECT_FALSE(Has(keys[i]));
+    ASSERT_OK(tier_->Insert(fp_, tokens_, cache_, at_one_chunk));
+    ASSERT_OK_AND_ASSIGN(hit, tier_->Fetch(fp_, query));
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->tokens, 2 * kC);
+  }
+}
 
 // An unsealed snapshot value that lists no layers passes every other check;
 // it must be refused (and deleted) so that the fetch falls back to the
@@ -86,8 +118,10 @@ class RacingBackend : public testing::FaultyBackend {
     key_ = std::move(key);
     value_ = std::move(value);
   }
-  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) override {
-    Result<std::vector<std::optional<std::string>>> got = FaultyBackend::Get(keys);
+  using FaultyBackend::Get;
+  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys,
+                                                      std::vector<bool>* other_type) override {
+    Result<std::vector<std::optional<std::string>>> got = FaultyBackend::Get(keys, other_type);
     if (std::find(keys.begin(), keys.end(), key_) != keys.end()) {
       const std::string k[] = {key_};
       EXPECT_OK(FaultyBackend::Delete(k));
@@ -101,30 +135,45 @@ class RacingBackend : public testing::FaultyBackend {
   std::string key_, value_;
 };
 
-TEST_F(SharedTierHostileTest, AGoodValueWrittenAfterTheReadIsNotDeleted) {
-  RacingBackend racing(backend_.get());
+// Plants a bad value at chunk 1's key with `plant`, and has a racing
+// writer put the good value back between the fetch's GET and its delete.
+void RaceAGoodValueAgainstTheDelete(SharedTierHostileTest& t,
+                                    const std::function<void(const std::string& key, const std::string& good)>& plant) {
+  RacingBackend racing(t.backend_.get());
   auto tier = OpenTier(&racing, kC);
   const PromptCacheCheckpoint at_one_chunk[] = {{kC, WindowModel(kC)}};
-  ASSERT_OK(tier->Insert(fp_, tokens_, cache_, at_one_chunk));
-  const std::string key = ChunkKey("kvstore:", ns_, ChunkKind::kRows, chain_[1]);
-  ASSERT_OK_AND_ASSIGN(auto stored, backend_->Get(std::vector<std::string>{key}));
+  ASSERT_OK(tier->Insert(t.fp_, t.tokens_, t.cache_, at_one_chunk));
+  const std::string key = ChunkKey("kvstore:", t.ns_, ChunkKind::kRows, t.chain_[1]);
+  ASSERT_OK_AND_ASSIGN(auto stored, t.backend_->Get(std::vector<std::string>{key}));
   ASSERT_TRUE(stored[0].has_value());
   const std::string good = *stored[0];
-  Plant(key, good.substr(0, good.size() / 2));
+  plant(key, good);
   racing.ReplaceAfterGet(key, good);
 
-  ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, Iota(2 * kC + 1)));
+  ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(t.fp_, Iota(2 * kC + 1)));
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->tokens, kC);
   EXPECT_EQ(tier->stats().corrupt, 1);
   EXPECT_EQ(tier->stats().deleted, 0);
   EXPECT_EQ(tier->stats().replaced_before_delete, 1);
-  ASSERT_OK_AND_ASSIGN(auto now, backend_->Get(std::vector<std::string>{key}));
+  ASSERT_OK_AND_ASSIGN(auto now, t.backend_->Get(std::vector<std::string>{key}));
   EXPECT_EQ(now[0], good);
   // The next fetch serves it.
-  ASSERT_OK_AND_ASSIGN(hit, tier->Fetch(fp_, Iota(2 * kC + 1)));
+  ASSERT_OK_AND_ASSIGN(hit, tier->Fetch(t.fp_, Iota(2 * kC + 1)));
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->tokens, 2 * kC);
+}
+
+TEST_F(SharedTierHostileTest, AGoodValueWrittenAfterTheReadIsNotDeleted) {
+  RaceAGoodValueAgainstTheDelete(*this, [&](const std::string& key, const std::string& good) {
+    Plant(key, good.substr(0, good.size() / 2));
+  });
+}
+
+// The same race for a key of another type: the delete removes only a key
+// that still holds another type, never the good value put back since.
+TEST_F(SharedTierHostileTest, AGoodValueWrittenAfterAnotherTypeWasReadIsNotDeleted) {
+  RaceAGoodValueAgainstTheDelete(*this, [&](const std::string& key, const std::string&) { PlantOtherType(key); });
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "kvstore/kv_cache.h"
 #include "kvstore/redis_backend.h"
+#include "libkvstore/shared_tier/chunk_keys.h"
 #include "redis_test_util.h"
 #include "shared_tier_testutil.h"
 
@@ -142,6 +143,34 @@ TEST(SharedTierRedis, ACorruptedValueIsRefusedAndDeleted) {
   EXPECT_EQ(tier->stats().corrupt + tier->stats().forged, 1);
   ASSERT_OK_AND_ASSIGN(auto gone, backend->Exists(std::vector<std::string>{victim}));
   EXPECT_FALSE(gone[0]);
+}
+
+// A LIST where a chunk should be: a counted miss (not a backend error on
+// every request), deleted, so that the next insert puts the chunk back.
+TEST(SharedTierRedis, AKeyOfAnotherTypeIsACountedMissAndDeleted) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_URL");
+  const std::string prefix = UniqueKeyPrefix();
+  auto backend = Open(url);
+  auto tier = TierOn(backend.get(), prefix, "a");
+  const PromptCache cache = Layers(6 * kC, 6);
+  const ModelFingerprint fp = FingerprintOf(cache);
+  const Tokens tokens = Iota(6 * kC);
+  ASSERT_OK(tier->Insert(fp, tokens, cache));
+  const ChunkNamespace ns = MakeChunkNamespace(fp, kC);
+  const std::string key = ChunkKey(prefix, ns, ChunkKind::kRows, ChainHashes(ns, tokens, 4)[3]);
+  ASSERT_OK(backend->Delete(std::vector<std::string>{key}));
+  MustPutList(url, key);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp, tokens));
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->tokens, round == 0 ? 3 * kC : 6 * kC);
+    EXPECT_EQ(tier->stats().corrupt, 1);
+    EXPECT_EQ(tier->stats().deleted, 1);
+    EXPECT_EQ(tier->stats().backend_errors, 0);
+    ASSERT_OK(tier->Insert(fp, tokens, cache));  // puts chunk 3 back
+  }
+  EXPECT_EQ(tier->stats().chunks_written, 7);
 }
 
 // maxmemory far below the inserts: chunks are evicted, every fetch is a

@@ -123,9 +123,11 @@ class FaultyBackend : public KvBackend {
   }
   int calls() const { return calls_; }
 
-  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) override {
+  using KvBackend::Get;
+  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys,
+                                                      std::vector<bool>* other_type) override {
     KV_RETURN_IF_ERROR(Enter());
-    return Shorten(base_->Get(keys));
+    return Shorten(base_->Get(keys, other_type));
   }
   Result<std::optional<std::string>> GetRange(std::string_view key, int64_t start, int64_t length) override {
     KV_RETURN_IF_ERROR(Enter());
@@ -146,6 +148,10 @@ class FaultyBackend : public KvBackend {
   Result<bool> DeleteIfEquals(std::string_view key, std::string_view expected) override {
     KV_RETURN_IF_ERROR(Enter());
     return base_->DeleteIfEquals(key, expected);
+  }
+  Result<bool> DeleteIfOtherType(std::string_view key) override {
+    KV_RETURN_IF_ERROR(Enter());
+    return base_->DeleteIfOtherType(key);
   }
   Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) override {
     KV_RETURN_IF_ERROR(Enter());

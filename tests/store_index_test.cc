@@ -98,6 +98,18 @@ TEST(StoreFormatTest, NamesAndMetadataFollowTheKey) {
   EXPECT_FALSE(StoreKeyFromMetadata({{"kvstore_model", "m"}}));
 }
 
+// The names a fetch probes before the directory is indexed are the names
+// Put gives, for every prefix length.
+TEST(StoreFormatTest, NamesOfEveryPrefixInOnePass) {
+  const Tokens tokens = {5, -1, 70000, 0, 2147483647, -2147483647 - 1, 42};
+  const std::vector<std::string> names = StoreFileNamesOfPrefixes("model\nwith newline", tokens);
+  ASSERT_EQ(names.size(), tokens.size());
+  for (size_t n = 1; n <= tokens.size(); ++n) {
+    EXPECT_EQ(names[n - 1], StoreFileName("model\nwith newline", std::span(tokens).first(n))) << n;
+  }
+  EXPECT_TRUE(StoreFileNamesOfPrefixes("m", {}).empty());
+}
+
 TEST(StoreFormatTest, ManifestKeepsTheLastLineOfEachFileAndSkipsMalformedOnes) {
   const std::string fp(64, 'a');
   std::string text = ManifestAddLine("a.safetensors", 10, "m", Tokens{1, 2}, "") +

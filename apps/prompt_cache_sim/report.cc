@@ -41,15 +41,12 @@ std::optional<int64_t> Int(std::string_view s) {
 }  // namespace
 
 std::unique_ptr<kvstore::PromptCacheStore> Report::OpenStore(const std::string& dir, int64_t max_bytes) {
-  kvstore::StoreOpenReport report;
-  auto opened = kvstore::PromptCacheStore::Open(kvstore::Env::Default(), dir, {max_bytes}, &report);
+  // No report asked: the store serves at once and indexes its directory meanwhile.
+  auto opened = kvstore::PromptCacheStore::Open(kvstore::Env::Default(), dir, {max_bytes});
   if (!opened.ok()) {
     std::fprintf(stderr, "prompt_cache_sim: %s\n", opened.status().ToString().c_str());
     return nullptr;
   }
-  std::printf("store: %lld entries recovered (%lld from the manifest, %lld manifest lines ignored), %zu dropped\n",
-              L(report.entries), L(report.from_manifest), L(report.manifest_ignored), report.dropped.size());
-  for (const auto& d : report.dropped) std::printf("  dropped %s\n", d.c_str());
   return std::move(opened).value();
 }
 
@@ -61,6 +58,14 @@ void Report::AddServer(const SimServer& server) {
 }
 
 void Report::AddStore(const kvstore::PromptCacheStore& store) {
+  kvstore::Result<kvstore::StoreOpenReport> report = store.WaitUntilIndexed();
+  if (report.ok()) {
+    std::printf("store: %lld entries recovered (%lld from the manifest, %lld manifest lines ignored), %zu dropped\n",
+                L(report->entries), L(report->from_manifest), L(report->manifest_ignored), report->dropped.size());
+    for (const auto& d : report->dropped) std::printf("  dropped %s\n", d.c_str());
+  } else {
+    std::printf("store: indexing failed: %s\n", report.status().ToString().c_str());
+  }
   ++stores_;
   disk_entries_ += store.entries();
   disk_bytes_ += store.bytes();

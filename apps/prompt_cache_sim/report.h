@@ -17,10 +17,11 @@ namespace sim {
 
 class Report {
  public:
-  // Opens a disk tier and prints what it recovered; nullptr (after printing
-  // the error) when it cannot be opened.
+  // Opens a disk tier, which indexes its directory while it serves;
+  // nullptr (after printing the error) when it cannot be opened.
   std::unique_ptr<kvstore::PromptCacheStore> OpenStore(const std::string& dir, int64_t max_bytes);
   void AddServer(const SimServer& server);
+  // Adds a disk tier's counters, and prints what it recovered at open.
   void AddStore(const kvstore::PromptCacheStore& store);
   void AddTier(const kvstore::SharedPromptCache::Stats& stats, const std::string& describe);
   void LostProcess() { ++lost_; }

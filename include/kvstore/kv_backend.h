@@ -55,12 +55,20 @@ class KvBackend {
  public:
   virtual ~KvBackend() = default;
 
-  // The value of each key (GET), nullopt where absent.
-  virtual Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) = 0;
+  // The value of each key (GET), nullopt where absent. A key holding
+  // another type than a byte string (a Redis LIST, HASH, SET...: GET
+  // answers WRONGTYPE) has no value: with `other_type` it reads as nullopt
+  // and (*other_type)[i] is true (the vector gets one entry per key);
+  // without, the call fails with FailedPrecondition naming it.
+  virtual Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys,
+                                                              std::vector<bool>* other_type) = 0;
+  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) {
+    return Get(keys, nullptr);
+  }
 
   // Bytes [start, start + length) of a value (GETRANGE), shorter when the
-  // value ends first; nullopt when the key is absent. REQUIRES: start >= 0,
-  // length >= 0.
+  // value ends first; nullopt when the key is absent; FailedPrecondition
+  // when it holds another type. REQUIRES: start >= 0, length >= 0.
   virtual Result<std::optional<std::string>> GetRange(std::string_view key, int64_t start,
                                                       int64_t length) = 0;
 
@@ -79,7 +87,14 @@ class KvBackend {
   // or holds another value (written since it was read, e.g. a good value
   // put back after a bad one was refused). Redis compares the value's
   // length and SHA-1 in a script, so `expected` itself is not sent.
+  // A key holding another type is not `expected`: false.
   virtual Result<bool> DeleteIfEquals(std::string_view key, std::string_view expected) = 0;
+
+  // The same compare-and-delete for a key that Get found holding another
+  // type: deletes `key` only while it still holds another type than a byte
+  // string; false when it is absent or holds a byte string (a value written
+  // since, which may be a good one).
+  virtual Result<bool> DeleteIfOtherType(std::string_view key) = 0;
 
   // Up to `limit` keys that start with `prefix` (SCAN MATCH on every node),
   // in no particular order.

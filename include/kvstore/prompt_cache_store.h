@@ -9,28 +9,34 @@
 // (1.kvstore_fingerprint, kvstore/model_fingerprint.h): a fetch that names
 // a fingerprint refuses, without loading it, an entry written for another
 // model configuration under the same model key, and says why
-// (fingerprint_refused(), last_refusal()). Open()
-// scans the headers (no tensor bytes), drops files that are truncated,
-// unparsable, of an unknown layout, lack the keys or digests, hold a layer
-// that cannot be loaded as its header describes it (ValidatePromptCacheFile's
-// rules), or whose name is not the one their key gives, and removes temp
-// files of dead writers;
-// a file it cannot read for an I/O error is left in place, not indexed.
+// (fingerprint_refused(), last_refusal()).
+//
+// Open() returns as soon as it holds the directory: it reads no entry, so
+// a restart serves at once however many entries the store holds. The
+// directory is indexed after Open on a thread of the store's own: temp
+// files of dead writers are removed; a file the manifest (<dir>/MANIFEST,
+// one line per added or removed entry) lists with a matching size and a
+// name that agrees with the listed key is indexed without being read; any
+// other file's header is read (no tensor bytes), and files that are
+// truncated, unparsable, of an unknown layout, lack the keys or digests,
+// hold a layer that cannot be loaded as its header describes it
+// (ValidatePromptCacheFile's rules), or whose name is not the one their key
+// gives are dropped; a file it cannot read for an I/O error is left in
+// place, not indexed. The manifest is then rewritten (one line per entry)
+// and the store evicted to max_bytes. Until that is done, a fetch finds the
+// entries whose keys are prefixes of its prompt by their file names (one
+// name per prompt token), eviction waits, and entries() counts what is
+// indexed so far. The manifest is a hint, never trusted for content.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares
 // the key recorded in the file with the key asked for, and every layer's
-// token offset with the key's length. A corrupt file (layers holding
-// another number of tokens than the key included), or one holding another
-// key, is a miss: the entry is dropped (its file removed), counted
-// (corrupt_dropped(), mismatched_dropped()), and the next shorter stored
-// prefix is tried. A longest-prefix lookup costs
+// token offset with the key's length. A corrupt, missing or renamed file
+// (layers holding another number of tokens than the key included), or one
+// holding another key, is a miss: the entry is dropped (its file removed),
+// counted (corrupt_dropped(), mismatched_dropped()), and the next shorter
+// stored prefix is tried. A longest-prefix lookup costs
 // O(prompt) (one incremental hash per prefix length, exact key comparison
 // on a hash match). Disk usage is bounded by max_bytes with LRU eviction.
-//
-// A manifest (<dir>/MANIFEST, one line per added or removed entry, compacted
-// at Open) makes startup fast: a file it lists with a matching size and a
-// name that agrees with the listed key is indexed without reading it; any
-// other file is scanned. The manifest is a hint, never trusted for content.
 //
 // One process owns a directory at a time: Open() takes an exclusive lock on
 // <dir>/LOCK and fails with FailedPrecondition ("held by another process")
@@ -61,7 +67,7 @@ struct PromptCacheStoreOptions {
 };
 
 struct StoreOpenReport {
-  int64_t entries = 0;
+  int64_t entries = 0;           // in the index once the directory is indexed
   int64_t from_manifest = 0;     // indexed without reading the file
   int64_t manifest_ignored = 0;  // lines that disagreed with their file (size, or name vs key): file read instead
   std::vector<std::string> dropped;  // "<file>: <reason>"
@@ -70,14 +76,22 @@ struct StoreOpenReport {
 class PromptCacheStore {
  public:
   // Opens `dir` (created if missing; a leading "~" is the home directory,
-  // ExpandUserPath) and indexes it as described above. FailedPrecondition
-  // when another process holds it, InvalidArgument for a "~" that cannot be
-  // expanded, or the Env's error.
-  // `report` (optional) receives what was indexed and dropped.
+  // ExpandUserPath); it is indexed after Open returns, as described above.
+  // FailedPrecondition when another process holds it, InvalidArgument for a
+  // "~" that cannot be expanded, or the Env's error. With `report`, Open
+  // indexes the directory before it returns (as it does when no thread can be
+  // started) and fills in what was indexed and dropped; an error indexing it
+  // is then Open's.
   static Result<std::unique_ptr<PromptCacheStore>> Open(Env* env, const std::string& dir,
                                                         const PromptCacheStoreOptions& options,
                                                         StoreOpenReport* report = nullptr);
+  // Stops indexing, if it still runs.
   ~PromptCacheStore();
+
+  // Waits until the directory is indexed; what was indexed and dropped, or
+  // the error that stopped the indexing (listing the directory, rewriting
+  // the manifest).
+  Result<StoreOpenReport> WaitUntilIndexed() const;
 
   PromptCacheStore(const PromptCacheStore&) = delete;
   PromptCacheStore& operator=(const PromptCacheStore&) = delete;

@@ -55,8 +55,12 @@ struct SharedChunkInfo {
 // absent; Corruption when the value is not a chunk.
 Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view key);
 
-// Reads the whole value and checks its digests and, with a secret, its
-// seal against its key. OK, or Corruption naming the failed check.
+// Reads the whole value and checks, with a secret, its seal against its
+// key; that it is the chunk its key names (kind, namespace and chain hash,
+// the chain hash following from the value's parent and tokens), which
+// without a secret is what shows a value copied under another key; and its
+// digests. OK, or Corruption naming the failed check (for a copied value,
+// both chain hashes).
 Status VerifySharedChunk(KvBackend& backend, std::string_view key, std::string_view secret);
 
 // One tree of chunks: a first chunk (index 0) and every chunk that

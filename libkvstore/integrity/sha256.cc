@@ -79,6 +79,16 @@ Sha256Digest Sha256Hasher::Finish() {
   return Sha256Digest(out);
 }
 
+Sha256Digest Sha256Hasher::Peek() const {
+  Impl copy;
+  if (EVP_MD_CTX_copy_ex(copy.ctx, impl_->ctx) != 1) throw std::bad_alloc();
+  std::array<uint8_t, Sha256Digest::kSize> out;
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(copy.ctx, out.data(), &len);
+  assert(len == Sha256Digest::kSize);
+  return Sha256Digest(out);
+}
+
 Sha256Digest Sha256(std::span<const std::byte> data) {
   Sha256Hasher h;
   h.Update(data);

@@ -33,6 +33,9 @@ class Sha256Hasher {
   void Update(std::string_view data);
   // Returns the digest and resets the hasher for reuse.
   Sha256Digest Finish();
+  // The digest of what was hashed so far; the hasher goes on from there
+  // (digests of every prefix of a message in one pass).
+  Sha256Digest Peek() const;
 
  private:
   struct Impl;

@@ -18,10 +18,21 @@ constexpr size_t kMaxScanRounds = 1 << 20;
 // KEYS[1] is unlinked only while its value has length ARGV[1] and SHA-1
 // ARGV[2]: one round trip, and the value never travels (refused values can
 // be large). STRLEN first, so a value of another length is not hashed.
+// STRLEN answers WRONGTYPE for a key of another type (not the value, so
+// kept); other errors (NOPERM) are the script's. STRLEN rather than TYPE:
+// the documented ACL grants it already.
 constexpr std::string_view kDeleteIfEqualsScript =
-    "if redis.call('STRLEN', KEYS[1]) == tonumber(ARGV[1]) and "
-    "redis.sha1hex(redis.call('GET', KEYS[1]) or '') == ARGV[2] then "
+    "local n = redis.pcall('STRLEN', KEYS[1]) "
+    "if type(n) == 'table' then if string.sub(n.err, 1, 9) == 'WRONGTYPE' then return 0 end return n end "
+    "if n == tonumber(ARGV[1]) and redis.sha1hex(redis.call('GET', KEYS[1]) or '') == ARGV[2] then "
     "return redis.call('UNLINK', KEYS[1]) end return 0";
+
+// KEYS[1] is unlinked only while it holds another type than a string: a
+// good value written since a reader found a LIST there is a string, kept.
+constexpr std::string_view kDeleteIfOtherTypeScript =
+    "local n = redis.pcall('STRLEN', KEYS[1]) "
+    "if type(n) == 'table' then if string.sub(n.err, 1, 9) == 'WRONGTYPE' then "
+    "return redis.call('UNLINK', KEYS[1]) end return n end return 0";
 
 // "GET 'key'" for messages; keys are caller bytes, so clipped and made printable.
 std::string Label(std::string_view command, std::string_view key) {
@@ -55,8 +66,10 @@ class RedisKvBackend final : public KvBackend {
  public:
   explicit RedisKvBackend(std::unique_ptr<RedisRouter> router) : router_(std::move(router)) {}
 
-  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys) override {
-    return Count(DoGet(keys));
+  using KvBackend::Get;
+  Result<std::vector<std::optional<std::string>>> Get(std::span<const std::string> keys,
+                                                      std::vector<bool>* other_type) override {
+    return Count(DoGet(keys, other_type));
   }
   Result<std::optional<std::string>> GetRange(std::string_view key, int64_t start,
                                               int64_t length) override {
@@ -72,7 +85,12 @@ class RedisKvBackend final : public KvBackend {
     return Count(DoIntegers("UNLINK", keys)).status();
   }
   Result<bool> DeleteIfEquals(std::string_view key, std::string_view expected) override {
-    return Count(DoDeleteIfEquals(key, expected));
+    const std::string length = std::to_string(expected.size());
+    const std::string digest = Sha1Hex(expected);
+    return Count(DoEval(kDeleteIfEqualsScript, "delete if equal", key, {length, digest}));
+  }
+  Result<bool> DeleteIfOtherType(std::string_view key) override {
+    return Count(DoEval(kDeleteIfOtherTypeScript, "delete if another type", key, {}));
   }
   Result<std::vector<std::string>> Scan(std::string_view prefix, size_t limit) override {
     return Count(DoScan(prefix, limit));
@@ -103,13 +121,17 @@ class RedisKvBackend final : public KvBackend {
     return router_->Run(requests);
   }
 
-  Result<std::vector<std::optional<std::string>>> DoGet(std::span<const std::string> keys) {
+  Result<std::vector<std::optional<std::string>>> DoGet(std::span<const std::string> keys,
+                                                        std::vector<bool>* other_type) {
     KV_ASSIGN_OR_RETURN(std::vector<RedisKeyReplies> replies, PerKey("GET", keys));
     std::vector<std::optional<std::string>> out(keys.size());
+    if (other_type != nullptr) other_type->assign(keys.size(), false);
     for (size_t i = 0; i < keys.size(); ++i) {
       RedisReply& r = replies[i].replies[0];
       if (r.type == Type::kString) {
         out[i] = std::move(r.str);
+      } else if (other_type != nullptr && r.error_code() == "WRONGTYPE") {
+        (*other_type)[i] = true;
       } else if (r.type != Type::kNil) {
         return UnexpectedReply(replies[i].node->name(), Label("GET", keys[i]), r);
       }
@@ -149,12 +171,13 @@ class RedisKvBackend final : public KvBackend {
     return out;
   }
 
-  Result<bool> DoDeleteIfEquals(std::string_view key, std::string_view expected) {
-    const std::string length = std::to_string(expected.size());
-    const std::string digest = Sha1Hex(expected);
-    const RedisKeyRequest request{key, {{"EVAL", kDeleteIfEqualsScript, "1", key, length, digest}}};
+  // A one-key script answering 1 (deleted) or 0.
+  Result<bool> DoEval(std::string_view script, std::string_view what, std::string_view key,
+                      std::vector<std::string_view> args) {
+    RedisKeyRequest request{key, {{"EVAL", script, "1", key}}};
+    for (std::string_view arg : args) request.commands[0].push_back(arg);
     KV_ASSIGN_OR_RETURN(std::vector<RedisKeyReplies> replies, router_->Run({&request, 1}));
-    const std::string label = Label("EVAL (delete if equal)", key);
+    const std::string label = Label("EVAL (" + std::string(what) + ")", key);
     KV_RETURN_IF_ERROR(FirstError(replies[0], label));
     const RedisReply& r = replies[0].replies[0];
     if (r.type != Type::kInteger || r.integer < 0 || r.integer > 1) {
@@ -180,6 +203,10 @@ class RedisKvBackend final : public KvBackend {
     const RedisReply* exists = &answer;
     RedisReply* range = nullptr;
     if (length > 0) {
+      // A key of another type: EXEC reports GETRANGE's WRONGTYPE in its array.
+      if (answer.type == Type::kArray && answer.elements.size() == 2 && answer.elements[1].is_error()) {
+        return ErrorReplyStatus(r.node->name(), label, answer.elements[1].str);
+      }
       if (answer.type != Type::kArray || answer.elements.size() != 2 ||
           answer.elements[1].type != Type::kString) {
         return UnexpectedReply(r.node->name(), label, answer);

@@ -17,6 +17,10 @@ void HashTokens(Sha256Hasher& h, std::span<const int32_t> tokens) {
   h.Update(std::string_view(bytes));
 }
 
+bool IsLowerHex(std::string_view s, size_t digits) {
+  return s.size() == digits && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 std::string_view DigestBytes(const Sha256Digest& d) {
   return std::string_view(reinterpret_cast<const char*>(d.bytes().data()), Sha256Digest::kSize);
 }
@@ -71,6 +75,19 @@ std::string NamespaceKeyPrefix(std::string_view prefix) {
 
 std::string NamespaceKey(std::string_view prefix, std::string_view ns_id) {
   return NamespaceKeyPrefix(prefix) + std::string(ns_id);
+}
+
+std::optional<ChunkKeyParts> ParseChunkKey(std::string_view key) {
+  // <prefix>v1/<32 hex>/<c|s>/<64 hex>
+  constexpr size_t kTail = 3 + 32 + 3 + 64;
+  if (key.size() < kTail) return std::nullopt;
+  const std::string_view tail = key.substr(key.size() - kTail);
+  const std::string_view ns = tail.substr(3, 32), kind = tail.substr(35, 3), hash = tail.substr(38);
+  if (!tail.starts_with(kChunkKeyVersion) || !IsLowerHex(ns, 32) || !IsLowerHex(hash, 64) ||
+      (kind != "/c/" && kind != "/s/")) {
+    return std::nullopt;
+  }
+  return ChunkKeyParts{std::string(ns), kind == "/c/" ? ChunkKind::kRows : ChunkKind::kSnapshot, std::string(hash)};
 }
 
 }  // namespace kvstore

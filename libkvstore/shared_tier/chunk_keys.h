@@ -16,6 +16,7 @@
 #define KVSTORE_LIBKVSTORE_SHARED_TIER_CHUNK_KEYS_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,15 @@ std::string NamespaceKey(std::string_view prefix, std::string_view ns_id);
 // "<prefix>v1/ns/" and "<prefix>v1/<ns>/c/" (or "/s/"), for scans.
 std::string NamespaceKeyPrefix(std::string_view prefix);
 std::string ChunkKeyPrefix(std::string_view prefix, std::string_view ns_id, ChunkKind kind);
+
+// What a chunk key names, read from its end ("v1/<ns>/c/<H_i>" or
+// ".../s/<H_i>"), whatever its prefix; nullopt for a key of another shape.
+struct ChunkKeyParts {
+  std::string ns_id;  // 32 hex digits
+  ChunkKind kind = ChunkKind::kRows;
+  std::string hash;  // H_i, 64 hex digits
+};
+std::optional<ChunkKeyParts> ParseChunkKey(std::string_view key);
 
 }  // namespace kvstore
 

@@ -13,6 +13,7 @@
 #include "kvstore/user_path.h"
 #include "libkvstore/format/seal.h"
 #include "libkvstore/shared_tier/chunk_codec.h"
+#include "libkvstore/shared_tier/chunk_keys.h"
 #include "libkvstore/fingerprint/fingerprint_internal.h"
 
 namespace kvstore {
@@ -70,12 +71,76 @@ Status FillFromHeader(const SafetensorsHeader& header, SharedChunkInfo& out) {
   return Status::OK();
 }
 
+// A header field for a message: the value is hostile, so at most a hash's length.
+std::string Clipped(std::string_view field) {
+  return field.size() <= 64 ? std::string(field) : std::string(field.substr(0, 64)) + "...";
+}
+
+// The value against the key it is stored under. The key names the chunk's
+// kind, namespace and chain hash H_i, and H_i follows from the header's
+// namespace, parent and tokens; without a seal this is what gives away a
+// valid value copied under another key.
+Status CheckChunkAgainstKey(const ChunkHeader& h, std::string_view key) {
+  const std::optional<ChunkKeyParts> parts = ParseChunkKey(key);
+  if (!parts) {
+    return Status::Corruption("holds the chunk of chain hash " + Clipped(h.chain) +
+                              ", but is not a chunk key (<prefix>v1/<namespace>/c/<chain hash>)");
+  }
+  if (h.chain != parts->hash) {
+    return Status::Corruption("the value's chain hash " + Clipped(h.chain) + " is not the key's " + parts->hash +
+                              " (a value copied under another key)");
+  }
+  if (h.kind != parts->kind) {
+    return Status::Corruption(h.kind == ChunkKind::kRows ? "a rows value under a snapshot key"
+                                                         : "a snapshot value under a rows key");
+  }
+  if (!h.ns_digest.starts_with(parts->ns_id)) {
+    return Status::Corruption("the value's namespace " + Clipped(h.ns_digest) + " is not the key's " + parts->ns_id);
+  }
+  const std::optional<Sha256Digest> ns_digest = Sha256Digest::FromHex(h.ns_digest);
+  const std::optional<Sha256Digest> parent = Sha256Digest::FromHex(h.parent);
+  if (!ns_digest || (h.index > 0) != parent.has_value()) {
+    return Status::Corruption("malformed namespace digest or parent for chain position " + std::to_string(h.index));
+  }
+  if (static_cast<int64_t>(h.tokens.size()) != h.chunk_tokens) {
+    return Status::Corruption("holds " + std::to_string(h.tokens.size()) + " tokens in a chunk of " +
+                              std::to_string(h.chunk_tokens));
+  }
+  const ChunkNamespace ns{*ns_digest, parts->ns_id, h.chunk_tokens};
+  const std::string follows = NextChainHash(ns, parent ? &*parent : nullptr, h.tokens).ToHex();
+  if (follows != h.chain) {
+    return Status::Corruption("the value's chain hash " + h.chain + " does not follow from its parent and tokens (" +
+                              follows + ")");
+  }
+  return Status::OK();
+}
+
+Status HoldsAnotherType(std::string_view key) {
+  return Status::Corruption("shared tier: " + std::string(key) + ": holds another type than a byte string");
+}
+
+// The whole value of `key`: NotFound when absent, Corruption when it holds another type.
+Result<std::string> WholeValue(KvBackend& backend, std::string_view key) {
+  const std::string keys[] = {std::string(key)};
+  std::vector<bool> other_type;
+  KV_ASSIGN_OR_RETURN(auto values, backend.Get(keys, &other_type));
+  if (values.size() != 1) return Status::IOError("shared tier: the backend answered no value for " + keys[0]);
+  if (!other_type.empty() && other_type[0]) return HoldsAnotherType(key);
+  if (!values[0]) return Status::NotFound("shared tier: no key " + keys[0]);
+  return std::move(*values[0]);
+}
+
 }  // namespace
 
 Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view key) {
   SharedChunkInfo out;
   out.key = std::string(key);
-  KV_ASSIGN_OR_RETURN(std::optional<std::string> first8, backend.GetRange(key, 0, 8));
+  Result<std::optional<std::string>> range = backend.GetRange(key, 0, 8);
+  // GETRANGE's FailedPrecondition may be a key of another type (or a permission).
+  if (!range.ok() && range.status().code() == StatusCode::kFailedPrecondition) {
+    KV_RETURN_IF_ERROR(WholeValue(backend, key).status());
+  }
+  KV_ASSIGN_OR_RETURN(std::optional<std::string> first8, std::move(range));
   if (!first8) return Status::NotFound("shared tier: no key " + std::string(key));
   if (!std::string_view(*first8).starts_with(kZstdMagic)) {
     Result<SafetensorsHeader> header = HeaderOnly(backend, key, *first8);
@@ -83,28 +148,26 @@ Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view
     KV_RETURN_IF_ERROR(FillFromHeader(*header, out).WithPrefix(std::string(key)));
     return out;
   }
-  const std::string keys[] = {std::string(key)};
-  KV_ASSIGN_OR_RETURN(auto values, backend.Get(keys));
-  if (!values[0]) return Status::NotFound("shared tier: no key " + std::string(key));
+  KV_ASSIGN_OR_RETURN(std::string value, WholeValue(backend, key));
   out.compressed = true;
-  out.value_bytes = values[0]->size();
+  out.value_bytes = value.size();
   Result<std::unique_ptr<PromptCacheReader>> reader =
-      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(*values[0])));
+      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(value)));
   if (!reader.ok()) return reader.status().WithPrefix(std::string(key));
   KV_RETURN_IF_ERROR(FillFromHeader((*reader)->info().header, out).WithPrefix(std::string(key)));
   return out;
 }
 
 Status VerifySharedChunk(KvBackend& backend, std::string_view key, std::string_view secret) {
-  const std::string keys[] = {std::string(key)};
-  KV_ASSIGN_OR_RETURN(auto values, backend.Get(keys));
-  if (!values[0]) return Status::NotFound("shared tier: no key " + std::string(key));
+  KV_ASSIGN_OR_RETURN(std::string value, WholeValue(backend, key));
   Result<std::unique_ptr<PromptCacheReader>> reader =
-      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(*values[0])));
+      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(value)));
   if (!reader.ok()) return reader.status().WithPrefix(std::string(key));
   const PromptCacheInfo& info = (*reader)->info();
   if (!secret.empty()) KV_RETURN_IF_ERROR(CheckSeal(info.header, secret, key).WithPrefix(std::string(key)));
-  KV_RETURN_IF_ERROR(ChunkHeaderFromMetadata(info.user_metadata).status().WithPrefix(std::string(key)));
+  Result<ChunkHeader> header = ChunkHeaderFromMetadata(info.user_metadata);
+  if (!header.ok()) return header.status().WithPrefix(std::string(key));
+  KV_RETURN_IF_ERROR(CheckChunkAgainstKey(*header, key).WithPrefix(std::string(key)));
   KV_ASSIGN_OR_RETURN(VerifyReport report, (*reader)->Verify(1));
   if (!report.has_digests) return Status::Corruption(std::string(key) + ": the value carries no digests");
   KV_RETURN_IF_ERROR(report.ToStatus(key));

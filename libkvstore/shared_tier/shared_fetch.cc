@@ -65,12 +65,11 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
   const size_t per_call = static_cast<size_t>(
       std::max<int64_t>(1, static_cast<int64_t>(options.max_batch_bytes) / std::max<int64_t>(1, ns.chunk_bytes)));
   // Each batch is read on a pool worker while the previous one is decoded.
-  using Values = Result<std::vector<std::optional<std::string>>>;
+  using Values = Result<ValueBatch>;
   auto read = [&](int64_t first) {
     const int64_t last = std::min<int64_t>(upper, first + static_cast<int64_t>(per_call));
     return pool->Submit<Values>([this, &keys, first, last]() -> Values {
-      return OnePerKey(options.backend->Get(std::span<const std::string>(keys).subspan(first, last - first)),
-                       static_cast<size_t>(last - first));
+      return GetValues(*options.backend, std::span<const std::string>(keys).subspan(first, last - first));
     });
   };
   TaskPool::Pending<Values> next = read(0);
@@ -88,7 +87,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     std::vector<std::shared_ptr<const std::string>> bytes(decoded.size());  // kept for a conditional delete
     (void)pool->ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
       const int64_t i = first + static_cast<int64_t>(j);
-      std::optional<std::string>& v = (*values)[j];
+      std::optional<std::string>& v = values->values[j];
       if (!v) return Status::OK();
       Add(&Stats::values_read);
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
@@ -99,12 +98,16 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       return Status::OK();
     });
     for (size_t j = 0; j < decoded.size(); ++j) {
+      if (values->other_type[j]) {
+        RefusedOtherType(keys[first + static_cast<int64_t>(j)]);
+        break;
+      }
       if (!decoded[j]) {
         Add(&Stats::vanished);
         break;
       }
       if (!decoded[j]->ok()) {
-        Refused(keys[first + static_cast<int64_t>(j)], *bytes[j], faults[j], decoded[j]->status());
+        Refused(keys[first + static_cast<int64_t>(j)], bytes[j].get(), faults[j], decoded[j]->status());
         break;
       }
       chunks.push_back(std::move(*decoded[j]).value());
@@ -127,24 +130,29 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     if (need_snapshot) {
       if (!snapshot[k]) continue;
       const std::string keys_k[] = {snapshot_keys[k - 1]};
-      Result<std::vector<std::optional<std::string>>> value = OnePerKey(options.backend->Get(keys_k), 1);
+      Result<ValueBatch> value = GetValues(*options.backend, keys_k);
       if (!value.ok()) {
         Add(&Stats::backend_errors);
         return std::optional<Hit>();
       }
-      if (!(*value)[0]) {
+      if (value->other_type[0]) {
+        RefusedOtherType(keys_k[0]);
+        continue;
+      }
+      std::optional<std::string>& v = value->values[0];
+      if (!v) {
         Add(&Stats::vanished);
         continue;
       }
       Add(&Stats::values_read);
-      Add(&Stats::bytes_read, static_cast<int64_t>((*value)[0]->size()));
+      Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys_k[0], ChunkKind::kSnapshot, &ns.ns, k - 1, tokens.subspan((k - 1) * c, c),
                            &chain[k - 1], k > 1 ? &chain[k - 2] : nullptr, &ns.leaves, secret()};
       ChunkFault fault = ChunkFault::kCorrupt;
-      auto snapshot_bytes = std::make_shared<const std::string>(std::move(*(*value)[0]));
+      auto snapshot_bytes = std::make_shared<const std::string>(std::move(*v));
       Result<DecodedChunk> decoded = DecodeChunk(snapshot_bytes, request, &fault);
       if (!decoded.ok()) {
-        Refused(keys_k[0], *snapshot_bytes, fault, decoded.status());
+        Refused(keys_k[0], snapshot_bytes.get(), fault, decoded.status());
         continue;
       }
       inputs.snapshots = std::move(decoded->snapshots);

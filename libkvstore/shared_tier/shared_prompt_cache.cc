@@ -49,7 +49,14 @@ std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(con
   return ns;
 }
 
-void SharedPromptCache::Impl::Refused(const std::string& key, const std::string& value, ChunkFault fault,
+Result<ValueBatch> GetValues(KvBackend& backend, std::span<const std::string> keys) {
+  ValueBatch out;
+  KV_ASSIGN_OR_RETURN(out.values, OnePerKey(backend.Get(keys, &out.other_type), keys.size()));
+  out.other_type.resize(keys.size(), false);
+  return out;
+}
+
+void SharedPromptCache::Impl::Refused(const std::string& key, const std::string* value, ChunkFault fault,
                                       const Status& why) {
   Add(fault == ChunkFault::kForged       ? &Stats::forged
       : fault == ChunkFault::kMismatched ? &Stats::mismatched
@@ -58,12 +65,19 @@ void SharedPromptCache::Impl::Refused(const std::string& key, const std::string&
     std::lock_guard<std::mutex> l(stats_mu);
     stats.last_refusal = std::string(why.message());
   }
-  Result<bool> deleted = options.backend->DeleteIfEquals(key, value);
+  Result<bool> deleted =
+      value != nullptr ? options.backend->DeleteIfEquals(key, *value) : options.backend->DeleteIfOtherType(key);
   if (!deleted.ok()) {
     Add(&Stats::backend_errors);
   } else {
     Add(*deleted ? &Stats::deleted : &Stats::replaced_before_delete);
   }
+}
+
+void SharedPromptCache::Impl::RefusedOtherType(const std::string& key) {
+  Add(&Stats::values_read);
+  Refused(key, nullptr, ChunkFault::kCorrupt,
+          Status::Corruption("shared tier: " + key + ": holds another type than a byte string"));
 }
 
 void SharedPromptCache::Impl::WriterLoop() {

@@ -30,6 +30,14 @@ Result<std::vector<T>> OnePerKey(Result<std::vector<T>> got, size_t keys) {
   return got;
 }
 
+// One batch of GETs: each key's value, and which keys hold another type
+// than a byte string (a Redis LIST where a chunk should be).
+struct ValueBatch {
+  std::vector<std::optional<std::string>> values;
+  std::vector<bool> other_type;
+};
+Result<ValueBatch> GetValues(KvBackend& backend, std::span<const std::string> keys);
+
 // What the tier knows about one model's namespace.
 struct SharedNamespace {
   explicit SharedNamespace(ModelFingerprint model) : fingerprint(std::move(model)) {}
@@ -84,8 +92,11 @@ struct SharedPromptCache::Impl {
   Status Write(const InsertJob& job);
 
   // Counts a refused value (`why` its decoding status) and deletes its key
-  // while it still holds `value`, never a value written since.
-  void Refused(const std::string& key, const std::string& value, ChunkFault fault, const Status& why);
+  // while it still holds `value` (nullptr: another type than a byte string),
+  // never a value written since.
+  void Refused(const std::string& key, const std::string* value, ChunkFault fault, const Status& why);
+  // Refused, for a key found holding another type.
+  void RefusedOtherType(const std::string& key);
 };
 
 }  // namespace kvstore

@@ -1,4 +1,4 @@
-// PromptCacheStore: opening and indexing a directory, saving entries.
+// PromptCacheStore: opening a directory (indexed by prompt_cache_store_index.cc), saving entries, counters.
 #include "kvstore/prompt_cache_store.h"
 
 #include <mutex>
@@ -11,106 +11,14 @@
 #include "libkvstore/tiers/prompt_cache_store_impl.h"
 
 namespace kvstore {
-namespace {
-
-// What a file's header says about it as a store entry.
-struct ScannedFile {
-  StoreKey key;
-  int64_t bytes = 0;
-  std::optional<ModelFingerprint> fingerprint;
-};
-
-std::optional<std::string_view> FindUserKey(const Metadata& metadata, std::string_view key) {
-  for (const auto& [k, v] : metadata) {
-    if (k == key) return v;
-  }
-  return std::nullopt;
-}
-
-// Reads the header of a file (no tensor bytes); it must be one of our
-// files with digests and a key, every layer must be loadable as the header
-// describes it (PromptCacheInfo::valid), so an impossible file is dropped at
-// Open instead of failing each fetch, and a fingerprint it records must be
-// valid.
-Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
-  KV_ASSIGN_OR_RETURN(PromptCacheInfo info, ReadPromptCacheInfo(env, path));
-  if (!info.has_digests) return Status::Corruption("not a store entry: no digests");
-  if (!info.unsupported.empty()) return Status::NotSupported("not loadable: " + info.unsupported);
-  for (const LayerInfo& layer : info.layers) {
-    if (!layer.errors.empty()) {
-      return Status::Corruption("layer " + std::to_string(layer.index) + ": " + layer.errors.front());
-    }
-  }
-  std::optional<StoreKey> key = StoreKeyFromMetadata(info.user_metadata);
-  if (!key) return Status::Corruption("not a store entry: no valid model/tokens keys");
-  ScannedFile out{std::move(*key), static_cast<int64_t>(info.file_bytes), std::nullopt};
-  if (std::optional<std::string_view> json = FindUserKey(info.user_metadata, kStoreFingerprintKey)) {
-    KV_ASSIGN_OR_RETURN(ModelFingerprint fp, ModelFingerprint::FromJson(*json));
-    out.fingerprint = std::move(fp);
-  }
-  return out;
-}
-
-std::string DigestHex(const std::optional<ModelFingerprint>& fp) { return fp ? fp->digest().ToHex() : ""; }
-
-}  // namespace
-
-Status PromptCacheStore::Impl::IndexDirectory(StoreOpenReport& report) {
-  KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
-  std::unordered_map<std::string, ManifestEntry> listed;
-  if (auto m = env->OpenReadable(Path("MANIFEST")); m.ok()) listed = ReadManifest((*m)->data());
-  for (const std::string& name : names) {
-    if (name.find(".kvtmp-") != std::string::npos) {
-      (void)env->RemoveFile(Path(name));  // we own the directory: no live writer
-      continue;
-    }
-    if (!name.ends_with(kStoreFileSuffix)) continue;
-    auto drop = [&](const std::string& why) {
-      report.dropped.push_back(name + ": " + why);
-      (void)env->RemoveFile(Path(name));
-    };
-    if (auto it = listed.find(name); it != listed.end()) {
-      const ManifestEntry& m = it->second;
-      Result<uint64_t> size = env->GetFileSize(Path(name));
-      if (size.ok() && static_cast<int64_t>(*size) == m.bytes && StoreFileName(m.key.model, m.key.tokens) == name) {
-        Add({name, m.key, m.bytes, m.fingerprint});
-        ++report.entries;
-        ++report.from_manifest;
-        continue;
-      }
-      ++report.manifest_ignored;
-    }
-    Result<ScannedFile> scanned = ScanFile(env, Path(name));
-    if (!scanned.ok() && scanned.status().code() == StatusCode::kIOError) {
-      report.dropped.push_back(name + ": " + scanned.status().ToString() + " (left in place)");
-      continue;  // maybe transient: a later Open may index it
-    }
-    if (!scanned.ok()) {
-      drop(scanned.status().ToString());
-      continue;
-    }
-    const std::string expected = StoreFileName(scanned->key.model, scanned->key.tokens);
-    if (expected != name) {
-      drop("holds the key of " + expected);
-      ++mismatched_dropped;
-      continue;
-    }
-    Add({name, std::move(scanned->key), scanned->bytes, DigestHex(scanned->fingerprint)});
-    ++report.entries;
-  }
-  // Compact the manifest: one "+" line per entry, least recently used first.
-  // (Open runs this before the store is shared: no lock needed.)
-  KV_ASSIGN_OR_RETURN(manifest, env->NewWritableFile(Path("MANIFEST")));
-  index.ForEach([&](const StoreIndex::Entry& e) {
-    LogLocked(ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens, e.fingerprint));
-  });
-  EvictLocked();
-  return Status::OK();
-}
 
 PromptCacheStore::PromptCacheStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-PromptCacheStore::~PromptCacheStore() = default;
+PromptCacheStore::~PromptCacheStore() {
+  impl_->closing = true;
+  impl_->indexing = TaskPool::Pending<Status>();  // waits for the indexer to stop
+  impl_->SaveUnloggedLines();
+}
 
 Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const std::string& dir_as_given,
                                                                  const PromptCacheStoreOptions& options,
@@ -126,9 +34,23 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
   impl->dir = dir;
   impl->options = options;
   impl->lock = std::move(lock).value();
-  StoreOpenReport local;
-  KV_RETURN_IF_ERROR(impl->IndexDirectory(report ? *report : local));
+  if (report == nullptr) impl->indexer = std::make_unique<TaskPool>(1);
+  if (impl->indexer != nullptr && impl->indexer->workers() == 1) {
+    Impl* p = impl.get();
+    impl->indexing = impl->indexer->Submit<Status>([p] { return p->IndexDirectory(); });
+  } else {
+    // No thread to index on, or the caller wants the report: index now.
+    KV_RETURN_IF_ERROR(impl->IndexDirectory());
+    if (report != nullptr) *report = impl->open_report;
+  }
   return std::unique_ptr<PromptCacheStore>(new PromptCacheStore(std::move(impl)));
+}
+
+Result<StoreOpenReport> PromptCacheStore::WaitUntilIndexed() const {
+  std::unique_lock<std::mutex> l(impl_->mu);
+  impl_->indexed_cv.wait(l, [&] { return impl_->indexed; });
+  if (!impl_->index_status.ok()) return impl_->index_status;
+  return impl_->open_report;
 }
 
 Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,

@@ -78,6 +78,7 @@ std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const s
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const std::string& model,
                                                                           const ModelFingerprint* fingerprint,
                                                                           std::span<const int32_t> tokens) {
+  IndexPrefixesByName(model, tokens);
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
   if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes)) return longer;
   // Each failed candidate lowers max_len, so the whole search is O(prompt).

@@ -1,23 +1,43 @@
 // PromptCacheStore's state, shared by its files: prompt_cache_store.cc
-// (open, index, put) and prompt_cache_store_fetch.cc (lookups and loads).
+// (open, put, counters), prompt_cache_store_index.cc (indexing the
+// directory after Open, and finding entries by name until then) and
+// prompt_cache_store_fetch.cc (lookups and loads).
 #ifndef KVSTORE_LIBKVSTORE_TIERS_PROMPT_CACHE_STORE_IMPL_H_
 #define KVSTORE_LIBKVSTORE_TIERS_PROMPT_CACHE_STORE_IMPL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kvstore/prompt_cache_store.h"
 #include "libkvstore/tiers/prefix_hash.h"
 #include "libkvstore/tiers/store_format.h"
 #include "libkvstore/tiers/store_index.h"
+#include "libkvstore/util/task_pool.h"
 
 namespace kvstore {
+
+// What a file's header says about it as a store entry.
+struct ScannedFile {
+  StoreKey key;
+  int64_t bytes = 0;
+  std::optional<ModelFingerprint> fingerprint;
+};
+
+// Reads the header of a file (no tensor bytes); it must be one of our
+// files with digests and a key, every layer must be loadable as the header
+// describes it (PromptCacheInfo::valid), and a fingerprint it records must
+// be valid. IOError when it cannot be read.
+Result<ScannedFile> ScanFile(Env* env, const std::string& path);
+
+std::string DigestHex(const std::optional<ModelFingerprint>& fp);
 
 struct PromptCacheStore::Impl {
   Env* env;
@@ -32,8 +52,24 @@ struct PromptCacheStore::Impl {
   int64_t mismatched_dropped = 0;
   int64_t fingerprint_refused = 0;
   std::string last_refusal;
-  std::unique_ptr<WritableFile> manifest;  // append-only log
+  std::unique_ptr<WritableFile> manifest;  // append-only log; null until the indexer has rewritten it
   std::atomic<uint64_t> next_staged{0};    // names Put's temp files
+
+  // Indexing the directory (prompt_cache_store_index.cc), on `indexer`'s
+  // worker after Open (or within Open when no thread starts or a report
+  // is wanted). Until `indexed`, eviction waits (the index does not hold
+  // every file yet) and a fetch first finds the prompt's prefixes by their
+  // file names.
+  std::unique_ptr<TaskPool> indexer;
+  TaskPool::Pending<Status> indexing;
+  std::atomic<bool> closing{false};  // the store is being destroyed: stop indexing
+  bool indexed = false;
+  std::condition_variable indexed_cv;
+  StoreOpenReport open_report;
+  Status index_status;
+  // Lines logged while `manifest` is null (before the indexer rewrites it,
+  // and while it writes the new one outside the lock), for the new one.
+  std::string unlogged;
 
   std::string Path(const std::string& file) const { return dir + "/" + file; }
 
@@ -43,7 +79,10 @@ struct PromptCacheStore::Impl {
   }
 
   void LogLocked(const std::string& line) {
-    if (manifest == nullptr) return;
+    if (manifest == nullptr) {
+      unlogged += line;
+      return;
+    }
     // The manifest is a hint: a failed append only costs a slower next start.
     if (manifest->Append(std::as_bytes(std::span(line))).ok()) (void)manifest->Sync();
   }
@@ -59,6 +98,7 @@ struct PromptCacheStore::Impl {
   }
 
   void EvictLocked() {
+    if (!indexed) return;  // the indexer evicts once it knows every file
     while (index.bytes() > options.max_bytes && index.size() > 0) {
       const std::string victim = index.LeastRecent()->file;
       RemoveLocked(victim);
@@ -75,7 +115,28 @@ struct PromptCacheStore::Impl {
     ++counter;
   }
 
-  Status IndexDirectory(StoreOpenReport& report);
+  // prompt_cache_store_index.cc
+  // Indexes the directory: stale temp files, then the files the manifest
+  // lists (without reading them, when its line agrees with the file's name
+  // and size), then the headers of the others; rewrites the manifest and
+  // evicts over budget. Sets `indexed` and `open_report` when done.
+  Status IndexDirectory();
+  void RemoveStaleTempFiles(const std::vector<std::string>& names);
+  void IndexFile(const std::string& name, const std::unordered_map<std::string, ManifestEntry>& listed,
+                 StoreOpenReport& report);
+  // Adds an entry the indexer found unless the file was indexed since (by a
+  // Put or a fetch).
+  bool AddFoundLocked(StoreIndex::Entry entry);
+  Status CompactManifest();
+  // `text` in a new synced file `staged`, left open for appends.
+  Result<std::unique_ptr<WritableFile>> StageManifest(const std::string& staged, std::string_view text);
+  // When the store closes before the indexer rewrote the manifest: the
+  // lines logged since Open, appended to the old one (whole lines only).
+  void SaveUnloggedLines();
+  // Until the directory is indexed: indexes the entries whose keys are
+  // prefixes of (model, tokens), found by their file names.
+  void IndexPrefixesByName(const std::string& model, std::span<const int32_t> tokens);
+
   Status Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
              std::span<const int32_t> tokens, const PromptCache& cache);
   Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,

@@ -59,6 +59,21 @@ std::string StoreFileName(std::string_view model, std::span<const int32_t> token
   return Sha256(std::string_view(key)).ToHex().substr(0, 16) + std::string(kStoreFileSuffix);
 }
 
+std::vector<std::string> StoreFileNamesOfPrefixes(std::string_view model, std::span<const int32_t> tokens) {
+  // The hashed text of each prefix extends the previous one: "<model>\n1", "<model>\n1,2", ...
+  Sha256Hasher h;
+  h.Update(model);
+  h.Update(std::string_view("\n"));
+  std::vector<std::string> out;
+  out.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) h.Update(std::string_view(","));
+    h.Update(std::string_view(std::to_string(tokens[i])));
+    out.push_back(h.Peek().ToHex().substr(0, 16) + std::string(kStoreFileSuffix));
+  }
+  return out;
+}
+
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens) {
   return {{std::string(kModelKey), std::string(model)}, {std::string(kTokensKey), TokensText(tokens)}};
 }

@@ -33,6 +33,10 @@ inline constexpr std::string_view kStoreFileSuffix = ".safetensors";
 // "<16 hex digits of SHA-256(model '\n' tokens)>.safetensors".
 std::string StoreFileName(std::string_view model, std::span<const int32_t> tokens);
 
+// StoreFileName(model, tokens.first(n)) for n = 1 .. tokens.size(), as
+// out[n - 1], in one pass over the tokens.
+std::vector<std::string> StoreFileNamesOfPrefixes(std::string_view model, std::span<const int32_t> tokens);
+
 // The user metadata that records the key in the entry's file.
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens);
 // The key recorded in a file's user metadata; nullopt when a key is missing

@@ -70,6 +70,7 @@ class StoreIndex {
   // Calls `fn` on every entry, least recently used first.
   void ForEach(const std::function<void(const Entry&)>& fn) const;
 
+  bool Contains(const std::string& file) const { return by_file_.count(file) > 0; }
   size_t size() const { return by_file_.size(); }
   int64_t bytes() const { return bytes_; }
 

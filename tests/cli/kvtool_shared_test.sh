@@ -68,6 +68,17 @@ KVSTORE_SHARED_SECRET=wrong "$kvtool" inspect "$url" --key "$key" --verify > /de
 [[ $rc == 1 ]] && grep -q 'give one' "$dir/err" || fail "--secret and --secret-file: exit $rc $(cat "$dir/err")"
 "$kvtool" inspect "$url" --key "$key" --verify --secret-file "$dir/none" > /dev/null 2> "$dir/err"; rc=$?
 [[ $rc == 2 ]] || fail "missing --secret-file: exit $rc $(cat "$dir/err")"
+# A valid chunk copied under another chunk's key verifies without a secret
+# only if its chain hash is the key's: exit 3, naming both.
+other=$(cli --scan --pattern "${prefix}v1/$ns/c/*" | grep -v "^$key\$" | head -1)
+cli --raw get "$key" | head -c -1 | cli -x set "$other" > /dev/null
+"$kvtool" inspect "$url" --key "$other" --verify > /dev/null 2> "$dir/err"; rc=$?
+[[ $rc == 3 ]] && grep -q "the value's chain hash ${key##*/} is not the key's ${other##*/}" "$dir/err" ||
+  fail "copied chunk: exit $rc $(cat "$dir/err")"
+# A LIST where a chunk should be: a corrupt value (exit 3), not a permission error.
+cli del "$other" > /dev/null && cli rpush "$other" x > /dev/null
+"$kvtool" inspect "$url" --key "$other" --verify > /dev/null 2> "$dir/err"; rc=$?
+[[ $rc == 3 ]] && grep -q 'holds another type than a byte string' "$dir/err" || fail "a LIST: exit $rc $(cat "$dir/err")"
 # A planted header: terminal escapes in its writer and namespace are
 # printed as \xNN, and an index whose token span overflows int64 is said so.
 python3 - "$dir/hostile" <<'PY'
