@@ -13,8 +13,10 @@
 // scans the headers (no tensor bytes), drops files that are truncated,
 // unparsable, of an unknown layout, lack the keys or digests, hold a layer
 // that cannot be loaded as its header describes it (ValidatePromptCacheFile's
-// rules), or whose name is not the one their key gives, and removes temp
-// files of dead writers;
+// rules), or whose name is not the one their key gives, and removes the
+// temp files a killed writer of this store left ("<entry>.kvtmp-*", and
+// "kvstore-models.json.kvtmp-*" of the Python tiers; other files' temp files,
+// e.g. a kvtool output being written into the directory, are left alone);
 // a file it cannot read for an I/O error is left in place, not indexed.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares
@@ -65,6 +67,7 @@ struct StoreOpenReport {
   int64_t from_manifest = 0;     // indexed without reading the file
   int64_t manifest_ignored = 0;  // lines that disagreed with their file (size, or name vs key): file read instead
   std::vector<std::string> dropped;  // "<file>: <reason>"
+  int64_t temp_files_removed = 0;    // left by writers killed mid-write
 };
 
 class PromptCacheStore {

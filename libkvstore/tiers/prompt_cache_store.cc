@@ -59,8 +59,9 @@ Status PromptCacheStore::Impl::IndexDirectory(StoreOpenReport& report) {
   std::unordered_map<std::string, ManifestEntry> listed;
   if (auto m = env->OpenReadable(Path("MANIFEST")); m.ok()) listed = ReadManifest((*m)->data());
   for (const std::string& name : names) {
-    if (name.find(".kvtmp-") != std::string::npos) {
-      (void)env->RemoveFile(Path(name));  // we own the directory: no live writer
+    if (IsStoreTempFileName(name)) {
+      // We hold the directory's lock: no writer of ours is live.
+      if (env->RemoveFile(Path(name)).ok()) ++report.temp_files_removed;
       continue;
     }
     if (!name.ends_with(kStoreFileSuffix)) continue;

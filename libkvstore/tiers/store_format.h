@@ -33,6 +33,13 @@ inline constexpr std::string_view kStoreFileSuffix = ".safetensors";
 // "<16 hex digits of SHA-256(model '\n' tokens)>.safetensors".
 std::string StoreFileName(std::string_view model, std::span<const int32_t> tokens);
 
+// True for a temp file of the store's own writes: "<entry name>.kvtmp-..."
+// (a Put's staged file, and the atomic writer's temp file of it), and
+// "kvstore-models.json.kvtmp-..." (the Python tiers keep their models file
+// in the store's directory). A store that holds the directory's lock has no
+// such write in progress, so at Open every one is a leftover.
+bool IsStoreTempFileName(std::string_view name);
+
 // The user metadata that records the key in the entry's file.
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens);
 // The key recorded in a file's user metadata; nullopt when a key is missing
