@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "apps/kvtool/kvtool.h"
+#include "kvstore/redis_backend.h"
 
 namespace kvtool {
 
@@ -11,7 +12,8 @@ int ExitCodeFor(const kvstore::Status& status) {
     case StatusCode::kOk: return kExitOk;
     case StatusCode::kInvalidArgument: return kExitUsage;
     case StatusCode::kNotFound:
-    case StatusCode::kIOError: return kExitIo;
+    case StatusCode::kIOError:
+    case StatusCode::kPermissionDenied: return kExitIo;
     case StatusCode::kCorruption:
     case StatusCode::kResourceExhausted: return kExitCorruption;
     case StatusCode::kNotSupported:
@@ -21,8 +23,9 @@ int ExitCodeFor(const kvstore::Status& status) {
 }
 
 int Fail(int code, std::string_view message) {
-  // Messages quote keys, class names and metadata read from hostile input.
-  const std::string text = TerminalText(message, /*keep_lines=*/true);
+  // Messages quote keys, class names and metadata read from hostile input,
+  // and may quote a URL a user typed with its password.
+  const std::string text = TerminalText(kvstore::RedactCredentials(message), /*keep_lines=*/true);
   std::fprintf(stderr, "kvtool: %s\n", text.c_str());
   return code;
 }

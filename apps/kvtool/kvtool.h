@@ -20,7 +20,7 @@ namespace kvtool {
 enum ExitCode : int {
   kExitOk = 0,
   kExitUsage = 1,
-  kExitIo = 2,           // I/O error or file not found
+  kExitIo = 2,           // I/O error, file not found, access refused (Redis AUTH or ACL)
   kExitCorruption = 3,   // malformed file or failed verification
   kExitUnsupported = 4,  // a valid request we cannot do (unknown layout, untrimmable layer)
 };
@@ -28,7 +28,9 @@ enum ExitCode : int {
 // The exit code for a library error.
 int ExitCodeFor(const kvstore::Status& status);
 
-// Prints "kvtool: <message>" to stderr and returns the exit code.
+// Prints "kvtool: <message>" to stderr and returns the exit code. The
+// message is printed with the credentials of any URL in it redacted and its
+// control characters escaped (TerminalText).
 int Fail(const kvstore::Status& status);
 int Fail(int code, std::string_view message);
 

@@ -88,3 +88,20 @@ def test_an_unreachable_redis_fails_at_construction(tmp_path):
 
     with pytest.raises(kvstore.FileIOError):
         TieredPromptCache(redis="redis://127.0.0.1:1")
+
+
+def test_a_refused_login_is_permission_denied(tmp_path):
+    import kvstore
+
+    url = _redis_url()
+    if not url:
+        pytest.skip("no Redis: run through ctest (fixture redis_services_start, needs redis-server)")
+    node = url.rsplit("@", 1)[1]
+    for bad, user in (("redis://default:not-the-password@" + node, "default"), ("REDIS://" + node, "default")):
+        with pytest.raises(kvstore.PermissionDeniedError) as e:
+            TieredPromptCache(redis=bad, directory=tmp_path / "d")
+        assert isinstance(e.value, PermissionError) and e.value.exit_code == 2 and e.value.code == "PermissionDenied"
+        assert str(e.value).startswith("redis: authentication failed for user %s at %s: " % (user, node))
+        assert "not-the-password" not in str(e.value)
+    with pytest.raises(kvstore.NotSupportedError, match="TLS"):
+        TieredPromptCache(redis="rediss://" + node)
