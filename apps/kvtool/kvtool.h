@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -45,6 +46,23 @@ std::string TerminalText(std::string_view text, bool keep_lines = false);
 
 // Prints `value` to stdout, indented by 2, and a newline (--json output).
 void PrintJson(const kvstore::Json& value);
+
+// ---- usage.cc, signals.cc ----
+
+// Sets kvtool's help layout on `app` (before the subcommands are added).
+void SetUpUsage(CLI::App& app);
+// Refuses a value that is empty (--kv-type "").
+CLI::Validator NonEmpty();
+// Usage errors found before CLI11 parses: an unknown command (with the
+// commands and the closest one), "--compress 5" (the level goes after '=').
+// The exit code when refused.
+std::optional<int> CheckArguments(const CLI::App& app, int argc, char** argv);
+// A CLI11 parse error as "kvtool: <message>" with where to find help; exit 1.
+int ReportParseError(const CLI::App& app, const CLI::ParseError& e);
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT remove the temp files of writes in
+// progress before kvtool dies of them; SIGXFSZ is ignored, so writing past a
+// file-size limit fails with an error naming OUT.
+void InstallSignalHandlers();
 
 // A subcommand registers its options on `app` and returns the function that
 // runs it (called only when the subcommand was selected).
