@@ -2,10 +2,12 @@
 // and locks across processes.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <climits>
 #include <cstdlib>
 #include <functional>
@@ -59,20 +61,37 @@ TEST(PosixErrorTest, MapsErrnoToCodeWithPathAndReason) {
   EXPECT_THAT(PosixError("open", "/x/y", EACCES), HasCode(StatusCode::kIOError, "/x/y"));
 }
 
-TEST(PosixEnvTest, DeviceFullIsIOErrorNamingThePath) {
-  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full";
-  Env* env = Env::Default();
-  ASSERT_OK_AND_ASSIGN(auto file, env->NewWritableFile("/dev/full"));
-  ASSERT_OK(file->Append(AsBytes("small, buffered")));
-  Status sync = file->Sync();
-  EXPECT_THAT(sync, HasCode(StatusCode::kIOError, "write '/dev/full': No space left on device"));
-  // The first error sticks.
-  EXPECT_EQ(file->Append(AsBytes("more")).ToString(), sync.ToString());
-  EXPECT_EQ(file->Close().ToString(), sync.ToString());
+// A device is never opened for writing (WriteFileAtomic would replace it;
+// opening a FIFO would block): refused, naming it.
+TEST(PosixEnvTest, DeviceFullIsRefusedNamingThePath) {
+  if (access("/dev/full", F_OK) != 0) GTEST_SKIP() << "no /dev/full";
+  EXPECT_THAT(Env::Default()->NewWritableFile("/dev/full"),
+              HasCode(StatusCode::kIOError, "/dev/full: not a regular file (character device); refusing to write to it"));
+}
 
-  ASSERT_OK_AND_ASSIGN(auto direct, env->NewWritableFile("/dev/full"));
-  std::string large(kPosixWriteBuffer, 'x');
-  EXPECT_THAT(direct->Append(AsBytes(large)), HasCode(StatusCode::kIOError, "/dev/full"));
+// A write the system refuses (here: over the file-size limit, SIGXFSZ
+// ignored, EFBIG) is IOError naming the file, and the first error sticks.
+TEST(PosixEnvTest, RefusedWriteIsIOErrorNamingThePathAndSticks) {
+  TempDir tmp;
+  const std::string path = tmp.Join("limited");
+  EXPECT_EQ(RunInChild([&] {
+              signal(SIGXFSZ, SIG_IGN);
+              rlimit limit{4096, 4096};
+              if (setrlimit(RLIMIT_FSIZE, &limit) != 0) return 10;
+              auto file = Env::Default()->NewWritableFile(path);
+              if (!file.ok() || !(*file)->Append(AsBytes(std::string(8192, 'x'))).ok()) return 11;
+              Status sync = (*file)->Sync();
+              if (sync.ToString() != "IOError: write '" + path + "': File too large") return 12;
+              if ((*file)->Append(AsBytes("more")).ToString() != sync.ToString()) return 13;
+              if ((*file)->Close().ToString() != sync.ToString()) return 14;
+              auto direct = Env::Default()->NewWritableFile(path);
+              std::string large(kPosixWriteBuffer, 'x');
+              if (!direct.ok() || (*direct)->Append(AsBytes(large)).message().find(path) == std::string_view::npos) {
+                return 15;
+              }
+              return 0;
+            }),
+            0);
 }
 
 TEST(PosixEnvTest, OpenDirectoryOrMissingParent) {

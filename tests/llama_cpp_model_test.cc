@@ -180,6 +180,21 @@ TEST(HfConfig, BadValuesNameTheKey) {
               HasCode(StatusCode::kInvalidArgument, "partial_rotary_factor gives 4.8"));
 }
 
+// torch_dtype (or its newer name dtype) names the model's float type; any
+// other type is refused, not silently ignored.
+TEST(HfConfig, TorchDtypeThatIsNotAFloatIsRefused) {
+  const std::string base =
+      R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, )";
+  EXPECT_THAT(ParseHfConfig(base + R"("torch_dtype": "int8"})"),
+              HasCode(StatusCode::kNotSupported, "config.json: \"torch_dtype\" \"int8\" is not a float type"));
+  EXPECT_THAT(ParseHfConfig(base + R"("dtype": "float8_e4m3fn"})"),
+              HasCode(StatusCode::kNotSupported, "\"dtype\" \"float8_e4m3fn\" is not a float type"));
+  EXPECT_THAT(ParseHfConfig(base + R"("torch_dtype": 16})"),
+              HasCode(StatusCode::kInvalidArgument, "\"torch_dtype\" is not a string"));
+  ASSERT_OK_AND_ASSIGN(LlamaModelInfo m, ParseHfConfig(base + R"("torch_dtype": null, "dtype": "float16"})"));
+  EXPECT_EQ(m.dtype, DType::kF16);
+}
+
 TEST(HfConfig, UnconvertibleModelsAreRefusedByName) {
   EXPECT_THAT(ParseHfConfig(Config(R"(, "kv_lora_rank": 512)")), HasCode(StatusCode::kNotSupported, "latent attention"));
   EXPECT_THAT(ParseHfConfig(Config(R"(, "layer_types": ["full_attention", "sliding_attention"])")),

@@ -160,14 +160,21 @@ TEST_F(StoreOpenTest, LinesLoggedSinceOpenSurviveAManifestThatCannotBeRewritten)
 // runs while the indexer works, and are kept.
 TEST_F(StoreOpenTest, TempFilesOfThisProcessAreKept) {
   PutAll({{{1, 2, 3}, 7}});
-  const std::string own = "x.safetensors.kvtmp-" + std::to_string(env_->ProcessId()) + "-put0";
-  const std::string dead = "x.safetensors.kvtmp-" + std::to_string(env_->ProcessId() + 1) + "-put0";
+  // Named as a Put names them: "<16 hex digits>.safetensors.kvtmp-<pid>-put<n>".
+  const std::string own = "0123456789abcdef.safetensors.kvtmp-" + std::to_string(env_->ProcessId()) + "-put0";
+  const std::string dead = "0123456789abcdef.safetensors.kvtmp-" + std::to_string(env_->ProcessId() + 1) + "-put0";
   for (const std::string& name : {own, dead}) {
     ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), testing::Bytes("partial")));
   }
   std::unique_ptr<PromptCacheStore> store = OpenStore();
   EXPECT_TRUE(env_->FileExists(Path(own)));
   EXPECT_FALSE(env_->FileExists(Path(dead)));
+  // Not the store's pattern: another program's output being written here.
+  const std::string other = "notes.txt.kvtmp-" + std::to_string(env_->ProcessId() + 1) + "-0";
+  ASSERT_OK(WriteStringAtomic(env_.get(), Path(other), testing::Bytes("partial")));
+  store.reset();
+  store = OpenStore();
+  EXPECT_TRUE(env_->FileExists(Path(other)));
 }
 
 // Closing while the indexer waits: it stops without indexing, and the

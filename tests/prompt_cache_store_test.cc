@@ -106,6 +106,28 @@ TEST_F(PromptCacheStoreTest, ForeignFilesAreDroppedAtOpenAndOthersLeftAlone) {
   EXPECT_EQ(store->mismatched_dropped(), 0);
 }
 
+// A writer killed mid-write leaves temp files; the next Open removes those
+// of the store's own writes, counts them, and leaves other programs' alone
+// (a kvtool output being written into the directory).
+TEST_F(PromptCacheStoreTest, OwnTempFilesAreRemovedAtOpenOthersKept) {
+  PutAll({{{1, 2, 3}, 7}});
+  const std::string entry = FileOf({1, 2, 3});
+  const std::vector<std::string> own = {entry + ".kvtmp-4242-put0", entry + ".kvtmp-4242-put0.kvtmp-4242-3",
+                                        "0123456789abcdef.safetensors.kvtmp-1-0",
+                                        "kvstore-models.json.kvtmp-4242-models"};
+  const std::vector<std::string> foreign = {"out.safetensors.kvtmp-77-0", "notes.txt.kvtmp-77-1",
+                                            "0123456789ABCDEF.safetensors.kvtmp-1-0"};
+  for (const std::string& name : own) ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), testing::Bytes("x")));
+  for (const std::string& name : foreign) ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), testing::Bytes("x")));
+  StoreOpenReport report;
+  std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+  EXPECT_EQ(report.entries, 1);
+  EXPECT_EQ(report.temp_files_removed, 4);
+  for (const std::string& name : own) EXPECT_FALSE(env_->FileExists(Path(name))) << name;
+  for (const std::string& name : foreign) EXPECT_TRUE(env_->FileExists(Path(name))) << name;
+  EXPECT_EQ(Fetch(*store, {1, 2, 3}), 3);
+}
+
 TEST_F(PromptCacheStoreTest, FailedPutKeepsTheOldEntry) {
   PutAll({{{1, 2, 3}, 7}});
   FaultInjectionEnv env(env_.get());

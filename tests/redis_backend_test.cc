@@ -45,13 +45,19 @@ TEST(RedisBackend, OpenFailsClearly) {
   EXPECT_LT(Since(start), milliseconds(1000));
 }
 
-TEST(RedisBackend, WrongPasswordIsFailedPrecondition) {
+TEST(RedisBackend, RefusedLoginIsPermissionDenied) {
   KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_URL");
   ASSERT_OK_AND_ASSIGN(RedisUrl u, ParseRedisUrl(url));
-  std::string bad = "redis://default:wrong-password@" + u.host + ":" + std::to_string(u.port);
-  EXPECT_THAT(OpenRedisBackend({.url = bad}), HasCode(StatusCode::kFailedPrecondition, "WRONGPASS"));
-  std::string none = "redis://" + u.host + ":" + std::to_string(u.port);
-  EXPECT_THAT(OpenRedisBackend({.url = none}), HasCode(StatusCode::kFailedPrecondition, "NOAUTH"));
+  const std::string node = u.host + ":" + std::to_string(u.port);
+  std::string bad = "redis://default:wrong-password@" + node;
+  auto refused = OpenRedisBackend({.url = bad});
+  EXPECT_THAT(refused, HasCode(StatusCode::kPermissionDenied,
+                               "redis: authentication failed for user default at " + node + ": WRONGPASS"));
+  EXPECT_EQ(refused.status().message().find("wrong-password"), std::string_view::npos);
+  std::string none = "redis://" + node;
+  EXPECT_THAT(OpenRedisBackend({.url = none}),
+              HasCode(StatusCode::kPermissionDenied,
+                      "redis: authentication failed for user default at " + node + ": NOAUTH"));
 }
 
 // An ACL user limited to one key prefix, with only the commands the backend
@@ -80,12 +86,12 @@ void ExpectPrefixEnforced(const std::string& user_url, const std::string& prefix
   ASSERT_OK_AND_ASSIGN(auto got, backend->GetRange(mine, 0, 10));
   EXPECT_EQ(got, "v");
   EXPECT_THAT(backend->PutIfAbsent({&forbidden, 1}),
-              HasCode(StatusCode::kFailedPrecondition, "SET NX 'kvtest-other:"));
+              HasCode(StatusCode::kPermissionDenied, "SET NX 'kvtest-other:"));
   EXPECT_THAT(backend->Get(std::vector<std::string>{theirs}),
-              HasCode(StatusCode::kFailedPrecondition, "NOPERM"));
-  EXPECT_THAT(backend->GetRange(theirs, 0, 10), HasCode(StatusCode::kFailedPrecondition, "NOPERM"));
+              HasCode(StatusCode::kPermissionDenied, "NOPERM"));
+  EXPECT_THAT(backend->GetRange(theirs, 0, 10), HasCode(StatusCode::kPermissionDenied, "NOPERM"));
   EXPECT_THAT(backend->Exists(std::vector<std::string>{theirs}),
-              HasCode(StatusCode::kFailedPrecondition, "NOPERM"));
+              HasCode(StatusCode::kPermissionDenied, "NOPERM"));
   ASSERT_OK_AND_ASSIGN(auto keys, backend->Scan(prefix, 10));
   EXPECT_EQ(keys, std::vector<std::string>{mine});
   EXPECT_OK(backend->Delete(std::vector<std::string>{mine}));

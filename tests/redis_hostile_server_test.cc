@@ -108,16 +108,48 @@ TEST(RedisHostileServer, BadClusterSlotsFailsOpen) {
   EXPECT_THAT(OpenRedisBackend(Options(server)), HasCode(StatusCode::kCorruption, "9000..8000"));
 }
 
-TEST(RedisHostileServer, RefusedPasswordIsFailedPrecondition) {
+// A refused login is PermissionDenied naming the user and the node, never
+// the password: at AUTH (a wrong password), and at CLUSTER SLOTS, the
+// first command, when the URL gives no password (NOAUTH). An ACL that
+// forbids CLUSTER SLOTS says which permission to grant.
+TEST(RedisHostileServer, RefusedLoginIsPermissionDenied) {
   FakeRedisServer server([](const std::vector<std::string>& c) -> std::string {
     if (c[0] == "AUTH") return "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
     return kNotCluster;
   });
   RedisOptions o = Options(server);
-  o.url = "redis://u:secret@127.0.0.1:" + std::to_string(server.port());
+  const std::string node = "127.0.0.1:" + std::to_string(server.port());
+  o.url = "redis://u:secret@" + node;
   auto opened = OpenRedisBackend(o);
-  EXPECT_THAT(opened, HasCode(StatusCode::kFailedPrecondition, "AUTH u: WRONGPASS"));
+  EXPECT_THAT(opened, HasCode(StatusCode::kPermissionDenied,
+                              "redis: authentication failed for user u at " + node + ": WRONGPASS invalid"));
   EXPECT_EQ(opened.status().message().find("secret"), std::string_view::npos);
+  o.url = "redis://:secret@" + node;
+  EXPECT_THAT(OpenRedisBackend(o), HasCode(StatusCode::kPermissionDenied, "for user default at " + node));
+
+  FakeRedisServer needs_password([](const std::vector<std::string>& c) -> std::string {
+    return c[0] == "CLUSTER" ? "-NOAUTH Authentication required.\r\n" : "+OK\r\n";
+  });
+  o = Options(needs_password);
+  EXPECT_THAT(OpenRedisBackend(o),
+              HasCode(StatusCode::kPermissionDenied, "authentication failed for user default at 127.0.0.1:" +
+                                                         std::to_string(needs_password.port()) +
+                                                         ": NOAUTH Authentication required. (the URL gives no "
+                                                         "password"));
+  FakeRedisServer no_slots([](const std::vector<std::string>& c) -> std::string {
+    return c[0] == "CLUSTER" ? "-NOPERM this user has no permissions to run the 'cluster|slots' command\r\n"
+                             : "+OK\r\n";
+  });
+  o = Options(no_slots);
+  o.url = "redis://reader:pw@127.0.0.1:" + std::to_string(no_slots.port());
+  EXPECT_THAT(OpenRedisBackend(o), HasCode(StatusCode::kPermissionDenied,
+                                           "permission denied for user reader at 127.0.0.1:" +
+                                               std::to_string(no_slots.port()) + ": it may not run CLUSTER SLOTS"));
+}
+
+// An IPv6 node is named with brackets, as in a URL.
+TEST(RedisHostileServer, Ipv6NodeIsNamedInBrackets) {
+  EXPECT_THAT(OpenRedisBackend({.url = "redis://[::1]:1"}), HasCode(StatusCode::kIOError, "redis [::1]:1: "));
 }
 
 TEST(RedisHostileServer, ScanThatNeverEndsOrStraysIsAnError) {

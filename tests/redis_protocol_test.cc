@@ -3,6 +3,7 @@
 #include "kvstore/redis_backend.h"
 #include "libkvstore/remote/redis_connection.h"
 #include "libkvstore/remote/redis_large_bulk.h"
+#include "libkvstore/remote/redis_reply.h"
 #include "libkvstore/remote/redis_slots.h"
 #include "largest_allocation.h"
 #include "testutil.h"
@@ -42,15 +43,15 @@ TEST(RedisUrl, RefusesWhatItDoesNotUnderstand) {
   } cases[] = {
       {"", "must start with redis://"},
       {"http://h:1", "must start with redis://"},
-      {"rediss://h:1", "TLS"},
+      {"redis:/h:1", "must start with redis://"},
       {"redis://h", "port is missing"},
       {"redis://h:", "port is missing"},
       {"redis://:1", "host is empty"},
-      {"redis://h:0", "not in 1..65535"},
-      {"redis://h:65536", "not in 1..65535"},
-      {"redis://h:+1", "not in 1..65535"},
-      {"redis://h:1x", "not in 1..65535"},
-      {"redis://h:000001", "not in 1..65535"},
+      {"redis://h:0", "not a number in 1..65535"},
+      {"redis://h:65536", "not a number in 1..65535"},
+      {"redis://h:+1", "not a number in 1..65535"},
+      {"redis://h:1x", "not a number in 1..65535"},
+      {"redis://h:000001", "not a number in 1..65535"},
       {"redis://h:1/0", "path, database or query"},
       {"redis://h:1?x=1", "path, database or query"},
       {"redis://h h:1", "spaces or non-printable"},
@@ -61,8 +62,8 @@ TEST(RedisUrl, RefusesWhatItDoesNotUnderstand) {
       {"redis://u:%4@h:1", "truncated %-escape"},
       {"redis://[::1:1", "not closed"},
       {"redis://[::1]1", "port is missing"},
-      {"redis://[evil]:1", "host [evil] is not an IPv6 address"},
-      {"redis://ho$t:1", "bad character"},
+      {"redis://[evil]:1", "the host in [...] is not an IPv6 address"},
+      {"redis://ho$t:1", "the host has a bad character"},
   };
   for (const Case& c : cases) {
     EXPECT_THAT(ParseRedisUrl(c.url), HasCode(StatusCode::kInvalidArgument, c.message)) << c.url;
@@ -71,6 +72,50 @@ TEST(RedisUrl, RefusesWhatItDoesNotUnderstand) {
               HasCode(StatusCode::kInvalidArgument, "longer than 253"));
   EXPECT_THAT(ParseRedisUrl("redis://" + std::string(5000, 'h') + ":1"),
               HasCode(StatusCode::kInvalidArgument, "longer than 4096"));
+}
+
+TEST(RedisUrl, SchemeIsCaseInsensitiveAndTlsIsNotSupported) {
+  for (const char* url : {"REDIS://h:1", "Redis://u:p@h:1", "rEdIs://[::1]:1"}) {
+    EXPECT_OK(ParseRedisUrl(url)) << url;
+    EXPECT_TRUE(HasRedisScheme(url)) << url;
+  }
+  for (const char* url : {"rediss://h:1", "REDISS://u:p@h:1", "Rediss://h"}) {
+    EXPECT_THAT(ParseRedisUrl(url), HasCode(StatusCode::kNotSupported, "TLS (rediss://) is not supported")) << url;
+    EXPECT_TRUE(HasRedisScheme(url)) << url;
+  }
+  for (const char* text : {"redis:/h:1", "dir/redis://h:1", "http://h:1", "redis", ""}) {
+    EXPECT_FALSE(HasRedisScheme(text)) << text;
+  }
+}
+
+// A malformed URL may hold its password anywhere (a forgotten '@', a typo
+// in the port): no message quotes any part of it.
+TEST(RedisUrl, MessagesNeverQuoteTheUrl) {
+  for (const std::string url : {"redis://u:SECRET@h", "redis://u:SECRET@h:", "redis://u:SECRET@h:1/0",
+                                "redis://u:SECRET:h:1", "redis://u:SECRET:1", "redis://SECRET@h:1",
+                                "redis://u:SECRET@ho$t:1", "redis://u:SECRET@[SECRET]:1", "redis://u:p@h:SECRET",
+                                "redis://u:%zzSECRET@h:1", "REDISS://u:SECRET@h:1", "http://u:SECRET@h:1",
+                                "redis://u:SECRET h:1"}) {
+    Result<RedisUrl> parsed = ParseRedisUrl(url);
+    ASSERT_FALSE(parsed.ok()) << url;
+    EXPECT_EQ(parsed.status().message().find("SECRET"), std::string_view::npos) << parsed.status().ToString();
+  }
+}
+
+TEST(RedisUrl, RedactCredentialsInText) {
+  EXPECT_EQ(RedactCredentials("ls 'redis://u:pw@h:1' failed"), "ls 'redis://u:***@h:1' failed");
+  EXPECT_EQ(RedactCredentials("REDIS://:pw@h:1 and rediss://u:p@ss@[::1]:2/x"),
+            "REDIS://:***@h:1 and rediss://u:***@[::1]:2/x");
+  EXPECT_EQ(RedactCredentials("redis://justapassword@h:1"), "redis://***@h:1");
+  EXPECT_EQ(RedactCredentials("redis://h:1, file:///a@b, no url@all"), "redis://h:1, file:///a@b, no url@all");
+  EXPECT_EQ(RedactCredentials("x://u:pw@"), "x://u:***@");
+  EXPECT_EQ(RedactCredentials(""), "");
+}
+
+TEST(RedisUrl, NodeNamesBracketIpv6) {
+  EXPECT_EQ(RedisNodeName("127.0.0.1", 6379), "127.0.0.1:6379");
+  EXPECT_EQ(RedisNodeName("::1", 6379), "[::1]:6379");
+  EXPECT_EQ(RedisNodeName("redis.internal", 1), "redis.internal:1");
 }
 
 TEST(RedisUrl, RedactsThePassword) {
@@ -303,9 +348,13 @@ TEST(RedisReplies, RefusesHostileBytes) {
 
 TEST(RedisReplies, ErrorRepliesMapToCodes) {
   EXPECT_THAT(ErrorReplyStatus("h:1", "GET 'k'", "NOPERM this user has no permissions"),
-              HasCode(StatusCode::kFailedPrecondition, "redis h:1: GET 'k': NOPERM"));
+              HasCode(StatusCode::kPermissionDenied, "redis h:1: GET 'k': NOPERM"));
   EXPECT_THAT(ErrorReplyStatus("h:1", "AUTH u", "WRONGPASS invalid username-password pair"),
-              HasCode(StatusCode::kFailedPrecondition, "WRONGPASS"));
+              HasCode(StatusCode::kPermissionDenied, "WRONGPASS"));
+  EXPECT_THAT(ErrorReplyStatus("h:1", "GET 'k'", "NOAUTH Authentication required."),
+              HasCode(StatusCode::kPermissionDenied, "NOAUTH"));
+  EXPECT_THAT(ErrorReplyStatus("h:1", "GET 'k'", "WRONGTYPE Operation against a key holding the wrong kind of value"),
+              HasCode(StatusCode::kFailedPrecondition, "WRONGTYPE"));
   EXPECT_THAT(ErrorReplyStatus("h:1", "SET", "OOM command not allowed"),
               HasCode(StatusCode::kResourceExhausted, "OOM"));
   EXPECT_THAT(ErrorReplyStatus("h:1", "GET", "CLUSTERDOWN The cluster is down"),

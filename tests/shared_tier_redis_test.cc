@@ -108,7 +108,7 @@ TEST(SharedTierRedis, AnAclUserIsLimitedToItsPrefix) {
   ASSERT_OK_AND_ASSIGN(auto hit, mine->Fetch(fp, Iota(3 * kC)));
   EXPECT_TRUE(hit.has_value());
   auto theirs = TierOn(backend.get(), "kvtier-other:", "a");
-  EXPECT_THAT(theirs->Insert(fp, Iota(3 * kC), cache), HasCode(StatusCode::kFailedPrecondition, "NOPERM"));
+  EXPECT_THAT(theirs->Insert(fp, Iota(3 * kC), cache), HasCode(StatusCode::kPermissionDenied, "NOPERM"));
   ASSERT_OK_AND_ASSIGN(auto miss, theirs->Fetch(fp, Iota(3 * kC)));
   EXPECT_FALSE(miss.has_value());
   EXPECT_GE(theirs->stats().backend_errors, 2);

@@ -26,6 +26,8 @@ TEST(StatusTest, EveryCodeHasAName) {
   EXPECT_EQ(StatusCodeName(StatusCode::kNotSupported), "NotSupported");
   EXPECT_TRUE(Status::ResourceExhausted("x").ToString().starts_with("ResourceExhausted"));
   EXPECT_TRUE(Status::FailedPrecondition("x").ToString().starts_with("FailedPrecondition"));
+  EXPECT_EQ(Status::PermissionDenied("x").ToString(), "PermissionDenied: x");
+  EXPECT_TRUE(Status::PermissionDenied("x").IsPermissionDenied());
 }
 
 Result<int> Half(int x) {

@@ -9,6 +9,7 @@
 // layer (ConvertPromptCacheFile), checking the input's digests on the way.
 // The output keeps the input's layout, mlx-lm version included, unless --to
 // names another.
+#include <charconv>
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
@@ -25,6 +26,7 @@ struct ConvertArgs {
   bool dequantize = false;
   bool gpu_rounding = false;
   std::string dtype;     // f16 | bf16 | f32
+  std::string compress_text;  // --compress: "" absent, "true" without a level, else the level
   std::optional<int> compress;
   bool compress_flag = false;
   bool decompress = false;
@@ -99,7 +101,22 @@ LlamaConvertRequest LlamaRequest(const ConvertArgs& a, const LayerTransform& t, 
   return r;
 }
 
+// --compress[=LEVEL] into compress_flag and compress; an error message.
+std::optional<std::string> ParseCompress(ConvertArgs& a) {
+  a.compress_flag = !a.compress_text.empty();
+  if (!a.compress_flag || a.compress_text == "true") return std::nullopt;
+  int level = 0;
+  const char* end = a.compress_text.data() + a.compress_text.size();
+  auto [p, ec] = std::from_chars(a.compress_text.data(), end, level);
+  if (ec != std::errc() || p != end) {
+    return "--compress=" + a.compress_text + ": the level must be a number (--compress[=LEVEL], e.g. --compress=19)";
+  }
+  a.compress = level;
+  return std::nullopt;
+}
+
 int RunConvert(ConvertArgs a) {
+  if (std::optional<std::string> bad = ParseCompress(a)) return Fail(kExitUsage, *bad);
   if (a.compress_flag && a.decompress) {
     return Fail(kExitUsage, "--compress and --decompress exclude each other");
   }
@@ -173,24 +190,34 @@ int RunConvert(ConvertArgs a) {
 Runner RegisterConvert(CLI::App& app) {
   auto args = std::make_shared<ConvertArgs>();
   CLI::App* cmd = app.add_subcommand("convert", "Compress, decompress, re-lay-out or convert a cache file");
-  cmd->add_option("IN", args->in, "input prompt-cache file")->required()->transform(UserPath());
-  cmd->add_option("-o,--output", args->out, "output file (may equal IN)")->required()->transform(UserPath());
-  cmd->add_option("--compress", args->compress, "zstd container at LEVEL (default 3; byteplane: 1)")->expected(0, 1);
+  cmd->add_option("IN", args->in, "input prompt-cache file or llama.cpp state file")
+      ->required()
+      ->check(NonEmpty())
+      ->transform(UserPath());
+  cmd->add_option("-o,--output", args->out, "output file (may equal IN)")
+      ->required()
+      ->check(NonEmpty())
+      ->transform(UserPath());
+  // A flag: the level is attached (--compress=19), so `--compress IN` keeps IN.
+  cmd->add_flag("--compress", args->compress_text, "zstd container, at LEVEL (default 3; byteplane: 1)")
+      ->option_text("[=LEVEL]");
   cmd->add_flag("--decompress", args->decompress, "write a plain safetensors file");
-  cmd->add_option("--codec", args->codec, "compressed container: zstd (default; zstd -d compatible) or byteplane");
+  cmd->add_option("--codec", args->codec, "compressed container: zstd (default; zstd -d compatible) or byteplane")
+      ->check(NonEmpty());
   cmd->add_flag("--integrity", args->integrity, "re-write with SHA-256 digests");
   cmd->add_flag("--no-integrity", args->no_integrity, "re-write without digests");
   cmd->add_option("--to", args->to,
                   "layout: mlx-lm (current), mlx-lm-0.31 (the release's ArraysCache layout), mlx-swift-lm "
-                  "or llama.cpp (default: the input's; mlx-lm for llama.cpp input)");
-  cmd->add_option("--quantize", args->quantize, "KVCache layers -> QuantizedKVCache, BITS[:GROUP] (mlx-lm to_quantized)");
+                  "or llama.cpp (default: the input's; mlx-lm for llama.cpp input)")
+      ->check(NonEmpty());
+  cmd->add_option("--quantize", args->quantize, "KVCache layers -> QuantizedKVCache, BITS[:GROUP] (mlx-lm to_quantized)")
+      ->check(NonEmpty());
   cmd->add_flag("--gpu-rounding", args->gpu_rounding, "quantize with the Metal/CUDA rounding rule");
   cmd->add_flag("--dequantize", args->dequantize, "QuantizedKVCache layers -> KVCache");
-  cmd->add_option("--dtype", args->dtype, "convert float tensors to f16, bf16 or f32");
+  cmd->add_option("--dtype", args->dtype, "convert float tensors to f16, bf16 or f32")->check(NonEmpty());
   cmd->add_option("--threads", args->threads, "worker threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress or summary on stderr");
   args->llama = AddLlamaConvertOptions(cmd);
-  cmd->callback([args, cmd] { args->compress_flag = cmd->count("--compress") > 0; });
   return [args, cmd] { return *cmd ? RunConvert(*args) : -1; };
 }
 

@@ -69,7 +69,10 @@ int ToPromptCache(const LlamaConvertRequest& r, const LlamaConvertArgs& l, const
     std::fprintf(stderr, "kvtool: note: converting %s to %s may round values\n", TypeName(report->target.k_type).c_str(),
                  std::string(kvstore::DTypeName(report->dtype)).c_str());
   }
-  Summary(r, std::string(kvstore::LayoutName(o.output.layout)) + ", " + std::to_string(report->layers) + " layers, " +
+  const std::string container =
+      r.compression_level ? ", " + std::string(kvstore::ZstdCodecName(r.codec)) : std::string();
+  Summary(r, std::string(kvstore::LayoutName(o.output.layout)) + container + ", " + std::to_string(report->layers) +
+                 " layers, " +
                  std::to_string(report->tokens) + " tokens, " + std::string(kvstore::DTypeName(report->dtype)) +
                  " from llama.cpp " + TargetText(report->target) + ", " + KeyText(model));
   return kExitOk;
@@ -112,10 +115,15 @@ int ToLlamaState(const LlamaConvertRequest& r, const LlamaConvertArgs& l, const 
 
 std::shared_ptr<LlamaConvertArgs> AddLlamaConvertOptions(CLI::App* cmd) {
   auto a = std::make_shared<LlamaConvertArgs>();
-  cmd->add_option("--model", a->model, "llama.cpp conversions: the model's config.json (or folder) or GGUF")->transform(UserPath());
-  cmd->add_option("--tokens", a->tokens, "llama.cpp conversions: the prompt's token ids (a JSON list file)")->transform(UserPath());
-  cmd->add_option("--kv-type", a->kv_type, "--to llama.cpp: cache type f16 (default), bf16 or f32");
-  cmd->add_option("--flash-attn", a->flash_attn, "--to llama.cpp: on (default; V rows) or off (V transposed)");
+  cmd->add_option("--model", a->model, "llama.cpp conversions: the model's config.json (or folder) or GGUF")
+      ->check(NonEmpty())
+      ->transform(UserPath());
+  cmd->add_option("--tokens", a->tokens, "llama.cpp conversions: the prompt's token ids (a JSON list file)")
+      ->check(NonEmpty())
+      ->transform(UserPath());
+  cmd->add_option("--kv-type", a->kv_type, "--to llama.cpp: cache type f16 (default), bf16 or f32")->check(NonEmpty());
+  cmd->add_option("--flash-attn", a->flash_attn, "--to llama.cpp: on (default; V rows) or off (V transposed)")
+      ->check(NonEmpty());
   cmd->add_option("--n-stream", a->n_stream, "--to llama.cpp: streams of the server (-np N without --kv-unified)");
   cmd->add_option("--stream", a->stream, "--to llama.cpp: the slot's stream (default 0)");
   return a;
@@ -125,6 +133,11 @@ std::optional<int> MaybeRunLlamaConvert(const LlamaConvertRequest& r, const Llam
   const bool llama_in = IsLlamaStateFile(r.in);
   if (!llama_in && r.to != "llama.cpp") {
     if (l.any() || !l.model.empty() || !l.tokens.empty()) {
+      // An input that is neither kind of file is the problem to report (a
+      // missing, empty or corrupt IN), not the flags.
+      if (auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), r.in); !info.ok()) {
+        return Fail(info.status());
+      }
       return Fail(kExitUsage, "--model, --tokens and the llama.cpp flags apply to llama.cpp conversions only");
     }
     return std::nullopt;

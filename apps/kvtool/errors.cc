@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "apps/kvtool/kvtool.h"
+#include "kvstore/redis_backend.h"
 #include "kvstore/user_path.h"
 
 namespace kvtool {
@@ -12,7 +13,8 @@ int ExitCodeFor(const kvstore::Status& status) {
     case StatusCode::kOk: return kExitOk;
     case StatusCode::kInvalidArgument: return kExitUsage;
     case StatusCode::kNotFound:
-    case StatusCode::kIOError: return kExitIo;
+    case StatusCode::kIOError:
+    case StatusCode::kPermissionDenied: return kExitIo;
     case StatusCode::kCorruption:
     case StatusCode::kResourceExhausted: return kExitCorruption;
     case StatusCode::kNotSupported:
@@ -22,8 +24,9 @@ int ExitCodeFor(const kvstore::Status& status) {
 }
 
 int Fail(int code, std::string_view message) {
-  // Messages quote keys, class names and metadata read from hostile input.
-  const std::string text = TerminalText(message, /*keep_lines=*/true);
+  // Messages quote keys, class names and metadata read from hostile input,
+  // and may quote a URL a user typed with its password.
+  const std::string text = TerminalText(kvstore::RedactCredentials(message), /*keep_lines=*/true);
   // What was printed comes before the error, also when both go to one pipe.
   std::cout.flush();
   std::fflush(stdout);

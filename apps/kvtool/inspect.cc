@@ -160,8 +160,14 @@ int RunInspect(const InspectArgs& a) {
 
 Runner RegisterInspect(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Show what a cache file holds and check its layers (reads the header only)");
-  cmd->add_option("FILE", args->path, "prompt-cache file (.safetensors, optionally zstd-compressed) or llama.cpp state file")->required()->transform(UserPath());
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Show what a cache file (or a shared tier's chunk in Redis) holds and check its layers (reads the header only)");
+  cmd->add_option("FILE", args->path,
+                  "prompt-cache file (.safetensors, optionally zstd-compressed), llama.cpp state file, or "
+                  "redis://[USER:PASSWORD@]HOST:PORT of a shared tier (with --key)")
+      ->required()
+      ->check(NonEmpty())
+      ->transform(UserPath());
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_flag("--tensors", args->tensors, "list every tensor under its layer");
   cmd->add_flag("--verify", args->verify, "also check the SHA-256 digests (reads the tensors)");

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,7 +21,7 @@ namespace kvtool {
 enum ExitCode : int {
   kExitOk = 0,
   kExitUsage = 1,
-  kExitIo = 2,           // I/O error or file not found
+  kExitIo = 2,           // I/O error, file not found, access refused (Redis AUTH or ACL)
   kExitCorruption = 3,   // malformed file or failed verification
   kExitUnsupported = 4,  // a valid request we cannot do (unknown layout, untrimmable layer)
 };
@@ -28,7 +29,9 @@ enum ExitCode : int {
 // The exit code for a library error.
 int ExitCodeFor(const kvstore::Status& status);
 
-// Prints "kvtool: <message>" to stderr and returns the exit code.
+// Prints "kvtool: <message>" to stderr and returns the exit code. The
+// message is printed with the credentials of any URL in it redacted and its
+// control characters escaped (TerminalText).
 int Fail(const kvstore::Status& status);
 int Fail(int code, std::string_view message);
 
@@ -58,6 +61,23 @@ std::string Abbreviated(std::string_view text, size_t max_bytes);
 
 // Prints `value` to stdout, indented by 2, and a newline (--json output).
 void PrintJson(const kvstore::Json& value);
+
+// ---- usage.cc, signals.cc ----
+
+// Sets kvtool's help layout on `app` (before the subcommands are added).
+void SetUpUsage(CLI::App& app);
+// Refuses a value that is empty (--kv-type "").
+CLI::Validator NonEmpty();
+// Usage errors found before CLI11 parses: an unknown command (with the
+// commands and the closest one), "--compress 5" (the level goes after '=').
+// The exit code when refused.
+std::optional<int> CheckArguments(const CLI::App& app, int argc, char** argv);
+// A CLI11 parse error as "kvtool: <message>" with where to find help; exit 1.
+int ReportParseError(const CLI::App& app, const CLI::ParseError& e);
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT remove the temp files of writes in
+// progress before kvtool dies of them; SIGXFSZ is ignored, so writing past a
+// file-size limit fails with an error naming OUT.
+void InstallSignalHandlers();
 
 // A subcommand registers its options on `app` and returns the function that
 // runs it (called only when the subcommand was selected).

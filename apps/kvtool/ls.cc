@@ -76,8 +76,10 @@ int RunLs(const LsArgs& a) {
     out["skipped"] = std::move(skipped);
     PrintJson(out);
   } else {
-    std::printf("%zu cache files", caches);
-    if (others > 0) std::printf(", %zu other files%s", others, a.all ? "" : " (--all lists them)");
+    std::printf("%zu cache %s", caches, caches == 1 ? "file" : "files");
+    if (others > 0) {
+      std::printf(", %zu other %s%s", others, others == 1 ? "file" : "files", a.all ? "" : " (--all lists them)");
+    }
     std::printf("\n");
   }
   return kExitOk;
@@ -87,8 +89,12 @@ int RunLs(const LsArgs& a) {
 
 Runner RegisterLs(CLI::App& app) {
   auto args = std::make_shared<LsArgs>();
-  CLI::App* cmd = app.add_subcommand("ls", "List the cache files in a directory (headers only)");
-  cmd->add_option("DIR", args->dir, "directory")->required()->transform(UserPath());
+  CLI::App* cmd = app.add_subcommand(
+      "ls", "List the cache files in a directory (headers only), or the namespaces and chains of a shared tier in Redis");
+  cmd->add_option("DIR", args->dir, "directory, or redis://[USER:PASSWORD@]HOST:PORT of a shared tier")
+      ->required()
+      ->check(NonEmpty())
+      ->transform(UserPath());
   cmd->add_flag("--json", args->json, "one JSON object instead of the table");
   cmd->add_flag("--all", args->all, "also list the files that are not cache files, with the reason");
   args->shared = AddSharedLsOptions(cmd);

@@ -1,7 +1,9 @@
 // kvtool ls / inspect on a shared tier in Redis.
 #include "apps/kvtool/shared.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "apps/kvtool/kvtool.h"
 #include "kvstore/redis_backend.h"
@@ -22,6 +24,13 @@ std::string Describe(const kvstore::SharedNamespaceInfo& ns) {
   return TerminalText(ns.fingerprint->model_id());
 }
 
+// The URL as it may be shown: its password redacted (a URL that does not
+// parse is not shown at all).
+std::string ShownUrl(const std::string& url) {
+  auto parsed = kvstore::ParseRedisUrl(url);
+  return parsed.ok() ? kvstore::RedactedRedisUrl(*parsed) : "URL";
+}
+
 kvstore::Result<std::string> SecretOf(const SharedArgs& a) {
   return kvstore::ResolveSharedSecret(a.secret, a.secret_file);
 }
@@ -39,7 +48,7 @@ std::string TokenSpan(const kvstore::SharedChunkInfo& info) {
                        : "tokens " + std::to_string(first) + "-" + std::to_string(end);
 }
 
-int LsNamespaces(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
+int LsNamespaces(kvstore::KvBackend& backend, const std::string& url, const SharedArgs& a, bool json) {
   auto namespaces = kvstore::ListSharedNamespaces(backend, a.prefix);
   if (!namespaces.ok()) return Fail(namespaces.status());
   if (json) {
@@ -71,10 +80,14 @@ int LsNamespaces(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
   }
   std::printf("%zu namespaces under \"%s\" on %s\n", namespaces->size(), TerminalText(a.prefix).c_str(),
               TerminalText(backend.Describe()).c_str());
+  if (!namespaces->empty()) {
+    std::printf("chains of a namespace: kvtool ls %s%s --namespace NAMESPACE\n", ShownUrl(url).c_str(),
+                a.prefix == "kvstore:" ? "" : (" --prefix '" + TerminalText(a.prefix) + "'").c_str());
+  }
   return kExitOk;
 }
 
-int LsChains(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
+int LsChains(kvstore::KvBackend& backend, const std::string& url, const SharedArgs& a, bool json) {
   auto chains = kvstore::ListSharedChains(backend, a.prefix, a.ns);
   if (!chains.ok()) return Fail(chains.status());
   if (json) {
@@ -97,23 +110,36 @@ int LsChains(kvstore::KvBackend& backend, const SharedArgs& a, bool json) {
     PrintJson(out);
     return kExitOk;
   }
-  std::printf("%-40s %7s %8s %7s %9s  %s\n", "first chunk", "chunks", "longest", "leaves", "snapshots", "writers");
+  // The first chunk's whole key: what inspect --key takes.
+  std::vector<std::string> writers;
+  size_t writers_width = 7;
   for (const auto& c : *chains) {
-    std::string writers;
-    for (const auto& w : c.writers) writers += (writers.empty() ? "" : ",") + TerminalText(w);
-    const std::string root = TerminalText(c.root.substr(c.root.size() - std::min<size_t>(40, c.root.size())));
-    std::printf("%-40s %7lld %8lld %7lld %9lld  %s\n", root.c_str(),
-                static_cast<long long>(c.chunks), static_cast<long long>(c.longest),
-                static_cast<long long>(c.leaves), static_cast<long long>(c.snapshots), writers.c_str());
+    std::string w;
+    for (const auto& writer : c.writers) w += (w.empty() ? "" : ",") + TerminalText(writer);
+    writers_width = std::max(writers_width, w.size());
+    writers.push_back(std::move(w));
+  }
+  const int width = static_cast<int>(writers_width);
+  std::printf("%7s %8s %7s %9s  %-*s  %s\n", "chunks", "longest", "leaves", "snapshots", width, "writers",
+              "first chunk (inspect --key)");
+  for (size_t i = 0; i < chains->size(); ++i) {
+    const auto& c = (*chains)[i];
+    std::printf("%7lld %8lld %7lld %9lld  %-*s  %s\n", static_cast<long long>(c.chunks),
+                static_cast<long long>(c.longest), static_cast<long long>(c.leaves),
+                static_cast<long long>(c.snapshots), width, writers[i].c_str(), TerminalText(c.root).c_str());
   }
   std::printf("%zu chains in namespace %s (longest and chunks count chunks; leaves are distinct continuations)\n",
               chains->size(), TerminalText(a.ns).c_str());
+  if (!chains->empty()) {
+    std::printf("inspect a chunk: kvtool inspect %s --key '%s'\n", ShownUrl(url).c_str(),
+                TerminalText(chains->front().root).c_str());
+  }
   return kExitOk;
 }
 
 }  // namespace
 
-bool IsSharedTierUrl(const std::string& arg) { return arg.starts_with("redis://"); }
+bool IsSharedTierUrl(const std::string& arg) { return kvstore::HasRedisScheme(arg); }
 
 std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls) {
   auto a = std::make_shared<SharedArgs>();
@@ -123,13 +149,14 @@ std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls) {
   ls->add_option("--prefix", a->prefix, "deprecated spelling of --key-prefix")
       ->excludes(key_prefix)
       ->each([](const std::string&) { std::fputs("kvtool: note: --prefix is deprecated: use --key-prefix\n", stderr); });
-  ls->add_option("--namespace", a->ns, "redis://: list the chains of chunks of this namespace");
+  ls->add_option("--namespace", a->ns, "redis://: list the chains of chunks of this namespace")->check(NonEmpty());
   return a;
 }
 
 std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect) {
   auto a = std::make_shared<SharedArgs>();
-  inspect->add_option("--key", a->key, "redis://: the key of the chunk to inspect");
+  inspect->add_option("--key", a->key, "redis://: the key of the chunk to inspect (ls URL --namespace NS shows them)")
+      ->check(NonEmpty());
   inspect->add_option("--secret", a->secret,
                       "redis://: with --verify, also check the chunk's HMAC seal (visible in ps: prefer "
                       "--secret-file or $KVSTORE_SHARED_SECRET)");
@@ -141,11 +168,14 @@ std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect) {
 int LsShared(const std::string& url, const SharedArgs& a, bool json) {
   auto backend = Connect(url);
   if (!backend.ok()) return Fail(backend.status());
-  return a.ns.empty() ? LsNamespaces(**backend, a, json) : LsChains(**backend, a, json);
+  return a.ns.empty() ? LsNamespaces(**backend, url, a, json) : LsChains(**backend, url, a, json);
 }
 
 int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool verify) {
-  if (a.key.empty()) return Fail(kExitUsage, "inspect " + url + " needs --key KEY (kvtool ls lists them)");
+  if (a.key.empty()) {
+    return Fail(kExitUsage, "inspect " + ShownUrl(url) + " needs --key KEY (kvtool ls " + ShownUrl(url) +
+                                " --namespace NAMESPACE lists the first chunk of each chain)");
+  }
   auto backend = Connect(url);
   if (!backend.ok()) return Fail(backend.status());
   auto secret = verify ? SecretOf(a) : kvstore::Result<std::string>(std::string());

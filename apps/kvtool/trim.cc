@@ -45,10 +45,13 @@ int RunTrim(const TrimArgs& a) {
 Runner RegisterTrim(CLI::App& app) {
   auto args = std::make_shared<TrimArgs>();
   CLI::App* cmd = app.add_subcommand("trim", "Drop trailing tokens from every layer");
-  cmd->add_option("FILE", args->in, "input prompt-cache file")->required()->transform(UserPath());
+  cmd->add_option("FILE", args->in, "input prompt-cache file")->required()->check(NonEmpty())->transform(UserPath());
   cmd->add_option("-n", args->n, "tokens to drop from the end");
   cmd->add_option("--keep", args->keep, "tokens to keep from the start (instead of -n)");
-  cmd->add_option("-o,--output", args->out, "output file (may equal FILE)")->required()->transform(UserPath());
+  cmd->add_option("-o,--output", args->out, "output file (may equal FILE)")
+      ->required()
+      ->check(NonEmpty())
+      ->transform(UserPath());
   cmd->add_option("--threads", args->threads, "worker threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress or summary on stderr");
   return [args, cmd] { return *cmd ? RunTrim(*args) : -1; };

@@ -11,7 +11,7 @@
 // program again, --worker I); without it and with several servers, an
 // in-memory store inside this one process.
 //
-// Ends with "hit_rate: X%", "shared_hits: N" (tokens reused from chunks
+// Ends with "hit_rate: X%", "shared_hits: N tokens" (tokens reused from chunks
 // another server wrote), "dedup: X" (bytes the shared tier stored / tensor
 // bytes of the same inserts as whole files), "mismatches: N" and
 // "corrupt_served: N"; exits non-zero on any mismatch or error.
@@ -84,6 +84,13 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--dim", w.dim, "head dim")->check(CLI::PositiveNumber);
 }
 
+// Prints "prompt_cache_sim: <status>" on stderr with the credentials of any
+// URL in it redacted; returns the exit code 2.
+int PrintError(const kvstore::Status& status) {
+  std::fprintf(stderr, "prompt_cache_sim: %s\n", kvstore::RedactCredentials(status.ToString()).c_str());
+  return 2;
+}
+
 // Runs servers [first, first + count) of o.processes in this process,
 // sharing `backend` (none: no shared tier), and adds them to `report`.
 // False when a tier cannot be opened.
@@ -118,7 +125,7 @@ bool RunServers(const Options& o, kvstore::KvBackend* backend, int first, int co
                                                                  std::to_string(getpid()),
                                                     .insert_queue_capacity = o.insert_queue});
       if (!tier.ok()) {
-        std::fprintf(stderr, "prompt_cache_sim: %s\n", tier.status().ToString().c_str());
+        PrintError(tier.status());
         return false;
       }
       s.cache.shared = tier->get();
@@ -142,14 +149,18 @@ int main(int argc, char** argv) {
   CLI::App app{"prompt_cache_sim: concurrent prompt-cache traffic with bit-exact checks"};
   Options o;
   AddOptions(app, o);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // A misplaced URL is quoted by the parser: redact it.
+    std::fprintf(stderr, "prompt_cache_sim: %s\n", kvstore::RedactCredentials(e.what()).c_str());
+    return 1;
+  }
   o.workload.seed = o.seed;
   // Workers get the same flags (or the same environment), so resolve here too.
   kvstore::Result<std::string> secret = kvstore::ResolveSharedSecret(o.secret, o.secret_file);
-  if (!secret.ok()) {
-    std::fprintf(stderr, "prompt_cache_sim: %s\n", secret.status().ToString().c_str());
-    return 2;
-  }
+  if (!secret.ok()) return PrintError(secret.status());
   o.secret = *secret;
   sim::Report report;
   if (o.redis_url.empty()) {
@@ -160,15 +171,15 @@ int main(int argc, char** argv) {
     return report.Print(o.threads, o.processes);
   }
   if (o.worker < 0) {
-    // The parent: one worker process per server.
+    // The parent checks the URL and the login once, before any worker
+    // starts, so a mistake is reported once and at once.
+    if (auto probe = kvstore::OpenRedisBackend({.url = o.redis_url}); !probe.ok()) return PrintError(probe.status());
+    // One worker process per server.
     if (!sim::RunWorkerProcesses(std::vector<std::string>(argv, argv + argc), o.processes, report)) return 2;
     return report.Print(o.threads, o.processes);
   }
   auto backend = kvstore::OpenRedisBackend({.url = o.redis_url});
-  if (!backend.ok()) {
-    std::fprintf(stderr, "prompt_cache_sim: %s\n", backend.status().ToString().c_str());
-    return 2;
-  }
+  if (!backend.ok()) return PrintError(backend.status());
   if (!RunServers(o, backend->get(), o.worker, 1, report)) return 2;
   report.PrintWorker();
   return 0;

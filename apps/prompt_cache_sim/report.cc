@@ -60,8 +60,10 @@ void Report::AddServer(const SimServer& server) {
 void Report::AddStore(const kvstore::PromptCacheStore& store) {
   kvstore::Result<kvstore::StoreOpenReport> report = store.WaitUntilIndexed();
   if (report.ok()) {
-    std::printf("store: %lld entries recovered (%lld from the manifest, %lld manifest lines ignored), %zu dropped\n",
-                L(report->entries), L(report->from_manifest), L(report->manifest_ignored), report->dropped.size());
+    std::printf("store: %lld entries recovered (%lld from the manifest, %lld manifest lines ignored), %zu dropped, "
+                "%lld temp files removed\n",
+                L(report->entries), L(report->from_manifest), L(report->manifest_ignored), report->dropped.size(),
+                L(report->temp_files_removed));
     for (const auto& d : report->dropped) std::printf("  dropped %s\n", d.c_str());
   } else {
     std::printf("store: indexing failed: %s\n", report.status().ToString().c_str());
@@ -149,7 +151,9 @@ int Report::Print(int threads, int processes) {
   };
   std::printf("requests: %lld (threads %d, processes %d)\n", L(c.requests), threads, processes);
   if (lost_ > 0) std::printf("processes_lost: %lld\n", L(lost_));
-  std::printf("hits: %lld (disk %lld, shared %lld)\n", L(c.hits), L(c.disk_hits), L(c.shared_tier_hits));
+  // Requests are counted here; shared_hits below counts tokens.
+  std::printf("hits: %lld requests (disk %lld, shared tier %lld)\n", L(c.hits), L(c.disk_hits),
+              L(c.shared_tier_hits));
   std::printf("tokens_reused: %lld of %lld\n", L(c.reused), L(c.tokens));
   std::printf("memory: %lld entries, %lld bytes\n", L(entries_), L(bytes_));
   if (stores_ > 0) {
@@ -169,7 +173,7 @@ int Report::Print(int threads, int processes) {
   std::printf("errors: %lld\n", L(c.errors));
   std::printf("hit_rate: %.1f%%\n", c.requests ? 100.0 * c.hits / c.requests : 0.0);
   if (shared_) {
-    std::printf("shared_hits: %lld\n", L(c.shared_hits));
+    std::printf("shared_hits: %lld tokens (reused from chunks another server wrote)\n", L(c.shared_hits));
     std::printf("dedup: %.3f\n", c.whole_file_bytes ? static_cast<double>(shared_->bytes_written) / c.whole_file_bytes
                                                       : 0.0);
   }

@@ -10,7 +10,7 @@
 // Errors: NotFound when a named file or directory does not exist, IOError for
 // every other refusal of the operating system (ENOSPC, EIO, EACCES, ...).
 // Messages name the operation and the path and end with the system's reason,
-// e.g. "write '/data/c.safetensors.kvtmp-12-0': No space left on device".
+// e.g. "write '/data/c.safetensors': No space left on device".
 //
 // Thread safety: every Env in this header may be used from many threads at
 // once. A WritableFile is used by one thread at a time. A ReadableFile is
@@ -25,6 +25,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvstore/array.h"
@@ -109,7 +110,9 @@ class Env {
   // in memory. The default copies OpenReadable's bytes.
   virtual Result<std::shared_ptr<const ReadableFile>> ReadIntoMemory(const std::string& path);
   // Creates or truncates `path` for writing; NotFound when its directory
-  // does not exist (the in-memory Env creates directories implicitly).
+  // does not exist (the in-memory Env creates directories implicitly);
+  // IOError, with nothing opened or written, when `path` exists and is not a
+  // regular file (a device, a FIFO, a socket, a directory).
   // Truncating a file that someone has mapped breaks their mapping: replace
   // existing files with WriteFileAtomic instead.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
@@ -138,6 +141,15 @@ class Env {
   // getpid()); tests override them to fake other processes.
   virtual bool ProcessAlive(int64_t pid);
   virtual int64_t ProcessId();
+  // The file that replacing `path` (WriteFileAtomic) writes: `path` itself
+  // when nothing or a regular file is there; for a symbolic link to a
+  // regular file, that file (its path with every link resolved), so the link
+  // stays and the file it names is replaced in its own directory. IOError
+  // naming `path` for anything else: a directory, a device, a FIFO or a
+  // socket, a link to one, or a link to nothing ("/dev/null: not a regular
+  // file (character device); refusing to replace it"). The default (an Env
+  // without such files) returns `path`.
+  virtual Result<std::string> ReplaceTarget(const std::string& path);
 };
 
 // Writes `path` atomically: `fill` appends the content to a temporary file in
@@ -146,18 +158,37 @@ class Env {
 // directory synced. Readers that mapped the old `path` keep seeing the old
 // bytes. Concurrent calls for the same path are safe: the last rename wins.
 //
+// Only a regular file is replaced (env->ReplaceTarget): when `path` is a
+// symbolic link to one, the file it names is replaced (the temp file is
+// created next to it) and the link stays. A `path` that is a directory, a
+// device, a FIFO, a socket, a link to one of those or a dangling link is
+// refused with IOError before any temp file exists, and left untouched.
+//
 // On a failure up to and including the rename (a failing `fill` too) the
 // error is returned, the temp file is removed and `path` is left exactly as
-// it was. When only the final directory sync fails, the error is returned
+// it was. Errors of the temp file name `path` ("write 'out': No space left on
+// device"), since the temp file is gone when the caller sees them. When
+// only the final directory sync fails, the error is returned
 // but `path` already holds the new content (the rename happened; its
 // durability across a power loss is what is in doubt). A process killed at
-// any moment leaves `path` complete, old or new, plus at most a temp file.
+// any moment leaves `path` complete, old or new, plus at most a temp file;
+// one ended by a signal whose handler calls RemoveTempFilesInProgress leaves
+// no temp file.
 //
 // Before writing, temp files of `path` ("<basename>.kvtmp-<pid>-<n>") whose
 // pid is not env->ProcessId() and not alive are removed; those of live
 // processes are never touched.
 Status WriteFileAtomic(Env* env, const std::string& path,
                        const std::function<Status(WritableFile&)>& fill);
+
+// For a signal handler on the way to ending the process (SIGINT, SIGTERM):
+// removes the temp files of this process's WriteFileAtomic calls in
+// progress on Env::Default(), so an interrupted write leaves nothing but
+// the old `path`. Async-signal-safe (lock-free atomics and unlink(2) only;
+// errno is preserved). Returns how many files it removed. A write it
+// interrupted fails if it goes on (its rename finds no file), so call it
+// only when the process is about to end.
+int RemoveTempFilesInProgress();
 
 // Convenience for small files: the whole content at once, atomically.
 Status WriteStringAtomic(Env* env, const std::string& path, std::span<const std::byte> content);
@@ -188,6 +219,10 @@ class FaultInjectionEnv : public Env {
   // when `error` is ok (the default), with IOError "injected fault: <Op>
   // call <index>". Later calls succeed again. REQUIRES: n >= 1.
   void FailNth(Op op, int n, Status error = Status());
+  // The `n`-th call of `op` fails as the POSIX Env fails for errno `err`:
+  // its message names the call's file ("write '<path>': No space left on
+  // device" for ENOSPC on an Append). REQUIRES: n >= 1, err != 0.
+  void FailNthWithErrno(Op op, int n, int err);
   // Every call of `op` fails from now on (`error` as for FailNth).
   void FailAlways(Op op, Status error = Status());
   // Clears all pending faults and counters.
@@ -197,6 +232,7 @@ class FaultInjectionEnv : public Env {
 
   Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) override;
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  Result<std::string> ReplaceTarget(const std::string& path) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status RemoveFile(const std::string& path) override;
   bool FileExists(const std::string& path) override;
@@ -210,10 +246,13 @@ class FaultInjectionEnv : public Env {
 
  private:
   class WrappedFile;  // the writable files it returns, which consult MaybeFail
+  struct Fault;
   struct State;
 
-  // Counts this call of `op`; returns the injected error for it, or OK.
-  Status MaybeFail(Op op);
+  // Counts this call of `op` on `path`; returns the injected error for it,
+  // or OK. `verb` names the operation in an errno fault's message (default:
+  // the POSIX Env's word for `op`).
+  Status MaybeFail(Op op, const std::string& path, std::string_view verb = {});
 
   Env* base_;
   std::unique_ptr<State> state_;

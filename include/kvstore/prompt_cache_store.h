@@ -13,20 +13,23 @@
 //
 // Open() returns as soon as it holds the directory: it reads no entry, so
 // a restart serves at once however many entries the store holds. The
-// directory is indexed after Open on a thread of the store's own: temp
-// files of dead writers are removed; a file the manifest (<dir>/MANIFEST,
-// one line per added or removed entry) lists with a matching size and a
-// name that agrees with the listed key is indexed without being read; any
-// other file's header is read (no tensor bytes), and files that are
-// truncated, unparsable, of an unknown layout, lack the keys or digests,
-// hold a layer that cannot be loaded as its header describes it
-// (ValidatePromptCacheFile's rules), or whose name is not the one their key
-// gives are dropped; a file it cannot read for an I/O error is left in
-// place, not indexed. The manifest is then rewritten (one line per entry)
-// and the store evicted to max_bytes. Until that is done, a fetch finds the
-// entries whose keys are prefixes of its prompt by their file names (one
-// name per prompt token), eviction waits, and entries() counts what is
-// indexed so far. The manifest is a hint, never trusted for content.
+// directory is indexed after Open on a thread of the store's own: the temp
+// files a killed writer of this store left are removed ("<entry>.kvtmp-*",
+// and "kvstore-models.json.kvtmp-*" of the Python tiers; other files' temp
+// files, e.g. a kvtool output being written into the directory, are left
+// alone); a file the manifest (<dir>/MANIFEST, one line per added or
+// removed entry) lists with a matching size and a name that agrees with the
+// listed key is indexed without being read; any other file's header is read
+// (no tensor bytes), and files that are truncated, unparsable, of an unknown
+// layout, lack the keys or digests, hold a layer that cannot be loaded as
+// its header describes it (ValidatePromptCacheFile's rules), or whose name
+// is not the one their key gives are dropped; a file it cannot read for an
+// I/O error is left in place, not indexed. The manifest is then rewritten
+// (one line per entry) and the store evicted to max_bytes. Until that is
+// done, a fetch finds the entries whose keys are prefixes of its prompt by
+// their file names (one name per prompt token), eviction waits, and
+// entries() counts what is indexed so far. The manifest is a hint, never
+// trusted for content.
 //
 // Never wrong KV: a fetch loads by mmap, verifies the digests and compares
 // the key recorded in the file with the key asked for, and every layer's
@@ -71,6 +74,7 @@ struct StoreOpenReport {
   int64_t from_manifest = 0;     // indexed without reading the file
   int64_t manifest_ignored = 0;  // lines that disagreed with their file (size, or name vs key): file read instead
   std::vector<std::string> dropped;  // "<file>: <reason>"
+  int64_t temp_files_removed = 0;    // left by writers killed mid-write
 };
 
 class PromptCacheStore {

@@ -31,9 +31,12 @@
 //
 // Errors: IOError for anything transport-like (refused, reset, timeout,
 // protocol violation, backoff, CLUSTERDOWN, too many redirections);
-// FailedPrecondition when Redis refuses the credentials or the ACL forbids
-// a key or command (WRONGPASS, NOAUTH, NOPERM), which retrying cannot fix;
+// PermissionDenied when Redis refuses the credentials or the ACL forbids
+// a key or command (WRONGPASS, NOAUTH, NOPERM), which retrying cannot fix
+// ("redis: authentication failed for user default at 10.0.0.5:6379: ...");
+// FailedPrecondition for a key of the wrong type (WRONGTYPE);
 // ResourceExhausted for OOM replies (maxmemory with a noeviction policy).
+// No message holds the password, and none quotes the URL.
 //
 // Thread safety: the backend may be used from many threads at once.
 #ifndef KVSTORE_REDIS_BACKEND_H_
@@ -63,12 +66,25 @@ struct RedisUrl {
 };
 
 // Parses `url`. Input is treated as hostile: InvalidArgument names the part
-// that is wrong ("redis url: port '70000' is not in 1..65535"). A path, query
-// or database number is refused rather than ignored.
+// that is wrong without quoting it ("redis url: the port is not a number in
+// 1..65535": a malformed URL may hold its password anywhere). The scheme is
+// case-insensitive; rediss:// (TLS) is NotSupported. A path, query or
+// database number is refused rather than ignored.
 Result<RedisUrl> ParseRedisUrl(std::string_view url);
 
-// The URL again, with the password replaced by "***" (for logs).
+// True when `text` starts with redis:// or rediss://, in any case: what a
+// tool should treat as a Redis URL (and hand to ParseRedisUrl, which refuses
+// TLS) rather than as a file name.
+bool HasRedisScheme(std::string_view text);
+
+// The URL again, with the password replaced by "***" (for logs). An IPv6
+// host is in brackets.
 std::string RedactedRedisUrl(const RedisUrl& url);
+
+// `text` (a message, a log line) with the credentials of every URL in it
+// replaced: "scheme://USER:PASSWORD@HOST" becomes "scheme://USER:***@HOST",
+// and anything else before an '@' of a URL's authority becomes "***".
+std::string RedactCredentials(std::string_view text);
 
 struct RedisOptions {
   std::string url;  // redis://[USER:PASSWORD@]HOST:PORT; any node of a cluster
@@ -95,8 +111,10 @@ struct RedisOptions {
 
 // Connects to the node in `options.url`, authenticates, and recognises a
 // cluster (then loads its slot map). Errors: InvalidArgument for a bad URL
-// or option, IOError when the node cannot be reached in time,
-// FailedPrecondition when AUTH is refused.
+// or option, NotSupported for rediss://, IOError when the node cannot be
+// reached in time, PermissionDenied when AUTH is refused, the URL gives no
+// password to a server that needs one (NOAUTH), or the ACL forbids
+// CLUSTER SLOTS.
 Result<std::unique_ptr<KvBackend>> OpenRedisBackend(const RedisOptions& options);
 
 }  // namespace kvstore

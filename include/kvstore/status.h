@@ -30,6 +30,7 @@ enum class StatusCode : int {
   kFailedPrecondition = 6,  // the object is not in a state that allows the call
   kResourceExhausted = 7,   // a size cap was hit (declared sizes, budgets)
   kInternal = 8,            // a bug in libkvstore
+  kPermissionDenied = 9,    // credentials refused or an access not granted (Redis AUTH, ACL)
 };
 
 // The upper-case name of a code, e.g. "Corruption".
@@ -53,6 +54,7 @@ class [[nodiscard]] Status {
     return {StatusCode::kResourceExhausted, msg};
   }
   static Status Internal(std::string_view msg) { return {StatusCode::kInternal, msg}; }
+  static Status PermissionDenied(std::string_view msg) { return {StatusCode::kPermissionDenied, msg}; }
 
   bool ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }
@@ -69,6 +71,7 @@ class [[nodiscard]] Status {
   bool IsIOError() const { return code() == StatusCode::kIOError; }
   bool IsCorruption() const { return code() == StatusCode::kCorruption; }
   bool IsNotSupported() const { return code() == StatusCode::kNotSupported; }
+  bool IsPermissionDenied() const { return code() == StatusCode::kPermissionDenied; }
 
  private:
   struct Rep {

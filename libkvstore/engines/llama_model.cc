@@ -29,15 +29,27 @@ Result<int64_t> RequiredInt(const Json& config, std::string_view key) {
   return *v;
 }
 
-std::optional<DType> ConfigDType(const Json& config) {
+// The model's float type from "torch_dtype" (or "dtype", its newer name);
+// nullopt when neither is given. Any other type (int8, float8_e4m3fn, a
+// quantized model's) is refused rather than ignored: the conversion would
+// otherwise pick a dtype the model does not use.
+Result<std::optional<DType>> ConfigDType(const Json& config) {
   for (std::string_view key : {"torch_dtype", "dtype"}) {
     const Json* v = config.Find(key);
-    if (v == nullptr || !v->is_string()) continue;
-    if (v->as_string() == "float32") return DType::kF32;
-    if (v->as_string() == "float16") return DType::kF16;
-    if (v->as_string() == "bfloat16") return DType::kBF16;
+    if (v == nullptr || v->is_null()) continue;
+    if (!v->is_string()) return Status::InvalidArgument("config.json: \"" + std::string(key) + "\" is not a string");
+    if (v->as_string() == "float32") return std::optional<DType>(DType::kF32);
+    if (v->as_string() == "float16") return std::optional<DType>(DType::kF16);
+    if (v->as_string() == "bfloat16") return std::optional<DType>(DType::kBF16);
+    std::string shown = v->as_string().substr(0, 40);
+    for (char& c : shown) {
+      if (c < ' ' || c > '~') c = '?';
+    }
+    return Status::NotSupported("config.json: \"" + std::string(key) + "\" \"" + shown +
+                                "\" is not a float type (float32, float16 or bfloat16), which cannot be converted "
+                                "between llama.cpp and mlx-lm");
   }
-  return std::nullopt;
+  return std::optional<DType>();
 }
 
 Status Refuse(std::string_view source, std::string_view what) {
@@ -159,7 +171,7 @@ Result<LlamaModelInfo> ParseHfConfig(std::string_view json_text) {
     }
     m.rope_dims = static_cast<int64_t>(dims);
   }
-  m.dtype = ConfigDType(config);
+  KV_ASSIGN_OR_RETURN(m.dtype, ConfigDType(config));
   KV_RETURN_IF_ERROR(CheckHeads(m, "config.json"));
   return m;
 }

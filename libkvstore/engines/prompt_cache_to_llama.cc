@@ -188,8 +188,13 @@ Result<LlamaConversionReport> ConvertPromptCacheToLlamaState(Env* env, const std
                                                   .v_type = report.target.v_type,
                                                   .n_embd_k = static_cast<uint32_t>(model.n_embd_k()),
                                                   .n_embd_v = static_cast<uint32_t>(model.n_embd_v())});
-  KV_RETURN_IF_ERROR(SaveLlamaState(env, out, state, [&](size_t, size_t l, bool value) { return conv.Block(l, value); })
-                         .WithPrefix(in));
+  // Errors reading a block are the input's; the writer's own name OUT.
+  auto block = [&](size_t, size_t l, bool value) -> Result<std::span<const std::byte>> {
+    Result<std::span<const std::byte>> b = conv.Block(l, value);
+    if (!b.ok()) return b.status().WithPrefix(in);
+    return b;
+  };
+  KV_RETURN_IF_ERROR(SaveLlamaState(env, out, state, block));
   return report;
 }
 

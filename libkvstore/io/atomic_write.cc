@@ -1,9 +1,11 @@
 #include <atomic>
 #include <charconv>
+#include <optional>
 #include <string_view>
 #include <utility>
 
 #include "kvstore/env.h"
+#include "libkvstore/io/temp_file_registry.h"
 
 namespace kvstore {
 namespace {
@@ -85,21 +87,54 @@ class TempFileGuard {
 
 std::atomic<uint64_t> temp_counter{0};
 
+// Replaces every occurrence of `from` in `text` by `to`.
+std::string ReplaceAll(std::string text, std::string_view from, std::string_view to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+// An error of the temp file as the caller sees it: about `path`, the file
+// they asked for (the temp file is gone by the time it is returned), e.g.
+// "write 'out.safetensors': No space left on device".
+Status AboutOutput(const Status& s, const std::string& temp, const std::string& target,
+                   const std::string& path) {
+  if (s.ok()) return s;
+  std::string message(s.message());
+  message = ReplaceAll(std::move(message), "rename '" + temp + "' to '" + target + "'", "replace '" + path + "'");
+  return Status(s.code(), ReplaceAll(std::move(message), temp, path));
+}
+
 }  // namespace
 
 Status WriteFileAtomic(Env* env, const std::string& path,
                        const std::function<Status(WritableFile&)>& fill) {
-  RemoveStaleTempFiles(env, path);
+  // What is replaced: `path`, or the regular file a symbolic link there
+  // leads to. Anything else (a device, a FIFO, a directory) is refused
+  // before a temp file exists.
+  KV_ASSIGN_OR_RETURN(const std::string target, env->ReplaceTarget(path));
+  // Listing the directory costs O(files in it): a target that is itself a
+  // temp file (a PromptCacheStore entry being staged) skips it, so filling
+  // a store is not quadratic; the store removes its own leftovers at Open.
+  if (BaseName(target).find(kTempMarker) == std::string::npos) RemoveStaleTempFiles(env, target);
 
-  TempFileGuard temp(env, path + std::string(kTempMarker) + std::to_string(env->ProcessId()) + "-" +
-                              std::to_string(temp_counter.fetch_add(1)));
-  KV_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(temp.path()));
-  temp.Adopt(std::move(file));
-  KV_RETURN_IF_ERROR(fill(temp.file()));
-  KV_RETURN_IF_ERROR(temp.SyncAndClose());
-  KV_RETURN_IF_ERROR(env->RenameFile(temp.path(), path));
+  const std::string temp_path = target + std::string(kTempMarker) + std::to_string(env->ProcessId()) + "-" +
+                                std::to_string(temp_counter.fetch_add(1));
+  // Registered before it exists and released after it is gone or renamed,
+  // so a signal handler can remove it at any moment in between.
+  std::optional<TempFileRegistration> registration;
+  if (env == Env::Default()) registration.emplace(temp_path);
+  TempFileGuard temp(env, temp_path);
+  auto about_output = [&](const Status& s) { return AboutOutput(s, temp_path, target, path); };
+  Result<std::unique_ptr<WritableFile>> file = env->NewWritableFile(temp.path());
+  if (!file.ok()) return about_output(file.status());
+  temp.Adopt(std::move(file).value());
+  if (Status s = fill(temp.file()); !s.ok()) return about_output(s);
+  if (Status s = temp.SyncAndClose(); !s.ok()) return about_output(s);
+  if (Status s = env->RenameFile(temp.path(), target); !s.ok()) return about_output(s);
   temp.Disarm();
-  return env->SyncDir(DirName(path));
+  return env->SyncDir(DirName(target));
 }
 
 Status WriteStringAtomic(Env* env, const std::string& path, std::span<const std::byte> content) {

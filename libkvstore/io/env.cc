@@ -34,6 +34,8 @@ bool Env::ProcessAlive(int64_t pid) {
 
 int64_t Env::ProcessId() { return getpid(); }
 
+Result<std::string> Env::ReplaceTarget(const std::string& path) { return path; }
+
 Result<std::shared_ptr<const ReadableFile>> Env::ReadIntoMemory(const std::string& path) {
   KV_ASSIGN_OR_RETURN(std::shared_ptr<const ReadableFile> file, OpenReadable(path));
   KV_ASSIGN_OR_RETURN(std::shared_ptr<Storage> copy, AllocateFileCopy(path, file->size()));

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kvstore/env.h"
+#include "libkvstore/io/posix_file.h"
 
 namespace kvstore {
 
@@ -32,23 +33,48 @@ std::string_view OpName(FaultInjectionEnv::Op op) {
   return "?";
 }
 
+// The operation as the POSIX Env names it in its messages.
+std::string_view PosixVerb(FaultInjectionEnv::Op op) {
+  switch (op) {
+    case FaultInjectionEnv::Op::kAppend:
+    case FaultInjectionEnv::Op::kWriteAt:
+      return "write";
+    case FaultInjectionEnv::Op::kSync:
+      return "fdatasync";
+    case FaultInjectionEnv::Op::kRename:
+      return "rename";
+    case FaultInjectionEnv::Op::kSyncDir:
+      return "fsync directory";
+    case FaultInjectionEnv::Op::kNewWritable:
+      return "open";
+  }
+  return "?";
+}
+
 }  // namespace
+
+// An injected failure: `error` as given, or (err != 0) the POSIX Env's
+// error for errno `err` on the call's path.
+struct FaultInjectionEnv::Fault {
+  Status error;
+  int err = 0;
+};
 
 class FaultInjectionEnv::WrappedFile final : public WritableFile {
  public:
-  WrappedFile(FaultInjectionEnv* env, std::unique_ptr<WritableFile> base)
-      : env_(env), base_(std::move(base)) {}
+  WrappedFile(FaultInjectionEnv* env, std::string path, std::unique_ptr<WritableFile> base)
+      : env_(env), path_(std::move(path)), base_(std::move(base)) {}
 
   Status Append(std::span<const std::byte> data) override {
-    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kAppend));
+    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kAppend, path_));
     return base_->Append(data);
   }
   Status WriteAt(uint64_t offset, std::span<const std::byte> data) override {
-    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kWriteAt));
+    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kWriteAt, path_));
     return base_->WriteAt(offset, data);
   }
   Status Sync() override {
-    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kSync));
+    KV_RETURN_IF_ERROR(env_->MaybeFail(Op::kSync, path_));
     return base_->Sync();
   }
   Status Close() override { return base_->Close(); }
@@ -56,6 +82,7 @@ class FaultInjectionEnv::WrappedFile final : public WritableFile {
 
  private:
   FaultInjectionEnv* env_;
+  std::string path_;
   std::unique_ptr<WritableFile> base_;
 };
 
@@ -63,9 +90,9 @@ struct FaultInjectionEnv::State {
   std::mutex mu;
   std::array<int, kNumOps> counts{};
   // Keyed by the 1-based call index, counted since the last Reset().
-  std::array<std::map<int, Status>, kNumOps> nth;
+  std::array<std::map<int, Fault>, kNumOps> nth;
   std::array<bool, kNumOps> always{};
-  std::array<Status, kNumOps> always_error;
+  std::array<Fault, kNumOps> always_error;
 };
 
 FaultInjectionEnv::FaultInjectionEnv(Env* base) : base_(base), state_(std::make_unique<State>()) {}
@@ -76,13 +103,20 @@ void FaultInjectionEnv::FailNth(Op op, int n, Status error) {
   assert(n >= 1);
   std::lock_guard<std::mutex> guard(state_->mu);
   size_t i = OpIndex(op);
-  state_->nth[i][state_->counts[i] + n] = std::move(error);
+  state_->nth[i][state_->counts[i] + n] = Fault{std::move(error)};
+}
+
+void FaultInjectionEnv::FailNthWithErrno(Op op, int n, int err) {
+  assert(n >= 1 && err != 0);
+  std::lock_guard<std::mutex> guard(state_->mu);
+  size_t i = OpIndex(op);
+  state_->nth[i][state_->counts[i] + n] = Fault{Status(), err};
 }
 
 void FaultInjectionEnv::FailAlways(Op op, Status error) {
   std::lock_guard<std::mutex> guard(state_->mu);
   state_->always[OpIndex(op)] = true;
-  state_->always_error[OpIndex(op)] = std::move(error);
+  state_->always_error[OpIndex(op)] = Fault{std::move(error)};
 }
 
 void FaultInjectionEnv::Reset() {
@@ -98,19 +132,20 @@ int FaultInjectionEnv::Count(Op op) const {
   return state_->counts[OpIndex(op)];
 }
 
-Status FaultInjectionEnv::MaybeFail(Op op) {
+Status FaultInjectionEnv::MaybeFail(Op op, const std::string& path, std::string_view verb) {
   std::lock_guard<std::mutex> guard(state_->mu);
   size_t i = OpIndex(op);
   int call = ++state_->counts[i];
   bool fail = state_->always[i];
-  Status error = state_->always_error[i];
+  Fault fault = state_->always_error[i];
   if (auto it = state_->nth[i].find(call); it != state_->nth[i].end()) {
     fail = true;
-    error = std::move(it->second);
+    fault = std::move(it->second);
     state_->nth[i].erase(it);
   }
   if (!fail) return Status::OK();
-  if (!error.ok()) return error;
+  if (fault.err != 0) return PosixError(verb.empty() ? PosixVerb(op) : verb, path, fault.err);
+  if (!fault.error.ok()) return fault.error;
   return Status::IOError("injected fault: " + std::string(OpName(op)) + " call " +
                          std::to_string(call));
 }
@@ -121,13 +156,17 @@ Result<std::shared_ptr<const ReadableFile>> FaultInjectionEnv::OpenReadable(
 }
 
 Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(const std::string& path) {
-  KV_RETURN_IF_ERROR(MaybeFail(Op::kNewWritable));
+  KV_RETURN_IF_ERROR(MaybeFail(Op::kNewWritable, path));
   KV_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path));
-  return std::unique_ptr<WritableFile>(std::make_unique<WrappedFile>(this, std::move(file)));
+  return std::unique_ptr<WritableFile>(std::make_unique<WrappedFile>(this, path, std::move(file)));
+}
+
+Result<std::string> FaultInjectionEnv::ReplaceTarget(const std::string& path) {
+  return base_->ReplaceTarget(path);
 }
 
 Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {
-  KV_RETURN_IF_ERROR(MaybeFail(Op::kRename));
+  KV_RETURN_IF_ERROR(MaybeFail(Op::kRename, to, "rename '" + from + "' to"));
   return base_->RenameFile(from, to);
 }
 
@@ -146,7 +185,7 @@ Result<std::vector<std::string>> FaultInjectionEnv::GetChildren(const std::strin
 Status FaultInjectionEnv::CreateDir(const std::string& dir) { return base_->CreateDir(dir); }
 
 Status FaultInjectionEnv::SyncDir(const std::string& dir) {
-  KV_RETURN_IF_ERROR(MaybeFail(Op::kSyncDir));
+  KV_RETURN_IF_ERROR(MaybeFail(Op::kSyncDir, dir));
   return base_->SyncDir(dir);
 }
 

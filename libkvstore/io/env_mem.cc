@@ -134,6 +134,14 @@ class MemEnv final : public Env {
     return std::unique_ptr<WritableFile>(std::make_unique<MemWritableFile>(state_, path, bytes));
   }
 
+  Result<std::string> ReplaceTarget(const std::string& path) override {
+    std::lock_guard<std::mutex> guard(state_->mu);
+    if (state_->files.count(path) == 0 && IsDirLocked(path)) {
+      return Status::IOError(path + ": not a regular file (directory); refusing to replace it");
+    }
+    return path;
+  }
+
   Status RenameFile(const std::string& from, const std::string& to) override {
     std::lock_guard<std::mutex> guard(state_->mu);
     auto it = state_->files.find(from);

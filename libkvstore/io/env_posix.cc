@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -95,6 +96,27 @@ class PosixEnv final : public Env {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     return NewPosixWritable(path);
+  }
+
+  Result<std::string> ReplaceTarget(const std::string& path) override {
+    struct stat st, link;
+    if (stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      if (err != ENOENT) return PosixError("stat", path, err);
+      if (lstat(path.c_str(), &link) != 0) return path;  // nothing there: created
+      return Status::IOError(path + ": a symbolic link to a missing file; refusing to create a file through it");
+    }
+    const bool is_link = lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+    if (!S_ISREG(st.st_mode)) {
+      return NotRegularFile(is_link ? path + " (a symbolic link)" : path, st.st_mode, "replace it");
+    }
+    if (!is_link) return path;
+    // The link stays; the file it leads to is replaced, in its own directory.
+    char* resolved = realpath(path.c_str(), nullptr);
+    if (resolved == nullptr) return PosixError("resolve symbolic link", path, errno);
+    std::string target(resolved);
+    free(resolved);
+    return target;
   }
 
   Status RenameFile(const std::string& from, const std::string& to) override {

@@ -253,11 +253,39 @@ Result<std::shared_ptr<const ReadableFile>> ReadPosixIntoMemory(const std::strin
                          std::to_string(kAttempts) + " attempts); is another program rewriting it?");
 }
 
+namespace {
+
+std::string_view FileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISFIFO(mode)) return "FIFO";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISLNK(mode)) return "symbolic link";
+  return "unknown file type";
+}
+
+}  // namespace
+
+Status NotRegularFile(const std::string& path, mode_t mode, std::string_view refusal) {
+  return Status::IOError(path + ": not a regular file (" + std::string(FileTypeName(mode)) + "); refusing to " +
+                         std::string(refusal));
+}
+
 Result<std::unique_ptr<WritableFile>> NewPosixWritable(const std::string& path) {
-  int fd = RetryOnEintr(
-      [&] { return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); });
-  if (fd < 0) return PosixError("open", path, errno);
-  return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, fd));
+  // A device or FIFO is refused before it is opened (opening one can block
+  // or have effects of its own), and again after, by what was opened.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return NotRegularFile(path, st.st_mode, "write to it");
+  ScopedFd fd(RetryOnEintr(
+      [&] { return open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644); }));
+  if (fd.get() < 0) return PosixError("open", path, errno);
+  if (fstat(fd.get(), &st) != 0) return PosixError("fstat", path, errno);
+  if (!S_ISREG(st.st_mode)) return NotRegularFile(path, st.st_mode, "write to it");
+  // O_NONBLOCK changes nothing for a regular file; truncating only now
+  // keeps a file that turned out to be something else untouched.
+  if (RetryOnEintr([&] { return ftruncate(fd.get(), 0); }) != 0) return PosixError("truncate", path, errno);
+  return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, fd.release()));
 }
 
 }  // namespace kvstore

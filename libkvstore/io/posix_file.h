@@ -3,6 +3,8 @@
 #ifndef KVSTORE_LIBKVSTORE_IO_POSIX_FILE_H_
 #define KVSTORE_LIBKVSTORE_IO_POSIX_FILE_H_
 
+#include <sys/types.h>
+
 #include <cerrno>
 #include <memory>
 #include <string>
@@ -51,7 +53,12 @@ Result<std::shared_ptr<const ReadableFile>> OpenPosixReadable(const std::string&
 // changed meanwhile (Env::ReadIntoMemory).
 Result<std::shared_ptr<const ReadableFile>> ReadPosixIntoMemory(const std::string& path);
 
-// Creates or truncates `path` (mode 0644 before umask). Appends are gathered
+// "<path>: not a regular file (character device); refusing to <refusal>":
+// IOError for an output path that is a directory, device, FIFO or socket.
+Status NotRegularFile(const std::string& path, mode_t mode, std::string_view refusal);
+
+// Creates or truncates `path` (mode 0644 before umask); IOError, without
+// opening it, when `path` exists and is not a regular file. Appends are gathered
 // in a user-space buffer of kPosixWriteBuffer bytes; an append that does not
 // fit is written straight through once the buffer is flushed.
 inline constexpr size_t kPosixWriteBuffer = size_t{1} << 20;

@@ -208,7 +208,7 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const std::str
                                                                   size_t max_reply_bytes,
                                                                   bool& timed_out) {
   timed_out = false;
-  std::string node = host + ":" + std::to_string(port);
+  std::string node = RedisNodeName(host, port);
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);

@@ -9,7 +9,7 @@ using Clock = std::chrono::steady_clock;
 RedisNode::RedisNode(std::string host, uint16_t port, RedisNodeContext* context)
     : host_(std::move(host)),
       port_(port),
-      name_(host_ + ":" + std::to_string(port_)),
+      name_(RedisNodeName(host_, port_)),
       context_(context) {}
 
 bool NodeToBlame(bool timed_out, std::chrono::milliseconds left_at_start,
@@ -95,7 +95,7 @@ Result<std::unique_ptr<RedisConnection>> RedisNode::Connect(RedisDeadline& deadl
   blame = true;
   const RedisReply& r = auth.replies[0];
   // The password never appears in a message, only the server's refusal.
-  if (r.is_error()) return ErrorReplyStatus(name_, "AUTH " + url.user, r.str);
+  if (r.is_error()) return AccessDenied("authentication failed", name_, url.user, r.str);
   if (r.type != RedisReply::Type::kStatus) return UnexpectedReply(name_, "AUTH", r);
   return c;
 }

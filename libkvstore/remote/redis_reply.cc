@@ -38,11 +38,27 @@ Status ErrorReplyStatus(std::string_view node, std::string_view command, std::st
   std::string message =
       "redis " + std::string(node) + ": " + std::string(command) + ": " + Printable(error);
   std::string_view code = error.substr(0, error.find(' '));
-  if (code == "NOPERM" || code == "WRONGPASS" || code == "NOAUTH" || code == "WRONGTYPE") {
-    return Status::FailedPrecondition(message);
-  }
+  if (code == "NOPERM" || code == "WRONGPASS" || code == "NOAUTH") return Status::PermissionDenied(message);
+  if (code == "WRONGTYPE") return Status::FailedPrecondition(message);
   if (code == "OOM") return Status::ResourceExhausted(message);
   return Status::IOError(message);
+}
+
+Status AccessDenied(std::string_view what, std::string_view node, std::string_view user, std::string_view reason) {
+  return Status::PermissionDenied("redis: " + std::string(what) + " for user " +
+                                  Printable(user.empty() ? std::string_view("default") : user) + " at " +
+                                  std::string(node) + ": " + Printable(reason));
+}
+
+std::string RedisNodeName(std::string_view host, uint16_t port) {
+  const bool v6 = host.find(':') != std::string_view::npos;
+  std::string name;
+  if (v6) name += '[';
+  name += host;
+  if (v6) name += ']';
+  name += ':';
+  name += std::to_string(port);
+  return name;
 }
 
 Status UnexpectedReply(std::string_view node, std::string_view command, const RedisReply& reply) {

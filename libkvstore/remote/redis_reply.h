@@ -30,10 +30,20 @@ struct RedisReply {
 
 // The Status for an error reply `error` (its text, e.g. "NOPERM ...") that
 // node `node` ("host:port") gave to `command`:
-//   NOPERM, WRONGPASS, NOAUTH, WRONGTYPE  -> FailedPrecondition
-//   OOM                                   -> ResourceExhausted
-//   anything else                         -> IOError
+//   NOPERM, WRONGPASS, NOAUTH  -> PermissionDenied (retrying cannot help)
+//   WRONGTYPE                  -> FailedPrecondition
+//   OOM                        -> ResourceExhausted
+//   anything else              -> IOError
 Status ErrorReplyStatus(std::string_view node, std::string_view command, std::string_view error);
+
+// PermissionDenied "redis: <what> for user U at NODE: <reason>" (U
+// "default" when empty), e.g. "authentication failed" when the server
+// refused AUTH or answered NOAUTH (the URL gives no password).
+Status AccessDenied(std::string_view what, std::string_view node, std::string_view user, std::string_view reason);
+
+// "host:port", with an IPv6 address in brackets ("[::1]:6379"): how nodes
+// are named in messages and in the router's node table.
+std::string RedisNodeName(std::string_view host, uint16_t port);
 
 // IOError for a reply of the wrong shape, e.g. "redis 127.0.0.1:6379: GET:
 // unexpected integer reply".

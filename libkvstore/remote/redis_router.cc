@@ -58,10 +58,14 @@ Result<std::unique_ptr<RedisRouter>> RedisRouter::Open(const RedisOptions& optio
                                 std::move(first)));
   const RedisReply& r = replies[0];
   if (r.is_error() && r.str.find("cluster support disabled") != std::string::npos) return router;
+  const RedisUrl& u = router->context_->url;
+  if (r.error_code() == "NOAUTH") {
+    const std::string hint = u.password.empty() ? " (the URL gives no password: add USER:PASSWORD@ before the host)" : "";
+    return AccessDenied("authentication failed", router->seed_->name(), u.user, r.str + hint);
+  }
   if (r.error_code() == "NOPERM") {
-    return Status::FailedPrecondition("redis " + router->seed_->name() +
-                                      ": the user may not run CLUSTER SLOTS, which recognises a "
-                                      "cluster: grant +cluster|slots");
+    return AccessDenied("permission denied", router->seed_->name(), u.user,
+                        "it may not run CLUSTER SLOTS, which recognises a cluster: grant +cluster|slots");
   }
   if (r.is_error()) return ErrorReplyStatus(router->seed_->name(), "CLUSTER SLOTS", r.str);
   router->cluster_ = true;

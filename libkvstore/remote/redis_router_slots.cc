@@ -10,7 +10,7 @@ using Clock = std::chrono::steady_clock;
 
 RedisNodeRef RedisRouter::KnownNode(const std::string& host, uint16_t port) const {
   std::shared_lock<std::shared_mutex> l(mu_);
-  auto it = nodes_.find(host + ":" + std::to_string(port));
+  auto it = nodes_.find(RedisNodeName(host, port));
   return it == nodes_.end() ? nullptr : it->second;
 }
 
@@ -53,7 +53,7 @@ Status RedisRouter::InstallSlotMap(const std::vector<RedisSlotRange>& ranges, co
   std::vector<RedisNodeRef> slots(kRedisClusterSlots);
   std::unique_lock<std::shared_mutex> l(mu_);
   for (const RedisSlotRange& range : ranges) {
-    std::string name = range.host + ":" + std::to_string(range.port);
+    std::string name = RedisNodeName(range.host, range.port);
     RedisNodeRef& master = nodes[name];
     if (master == nullptr) {
       auto it = nodes_.find(name);  // the same node keeps its pool
@@ -111,7 +111,7 @@ Result<RedisNodeRef> RedisRouter::RedirectTarget(const RedisRedirect& redirect,
   }
   if (target == nullptr) {
     return Status::IOError("redis cluster: " + std::string(redirect.ask ? "ASK" : "MOVED") +
-                           " to " + redirect.host + ":" + std::to_string(redirect.port) +
+                           " to " + RedisNodeName(redirect.host, redirect.port) +
                            ", a node that CLUSTER SLOTS does not list");
   }
   return target;

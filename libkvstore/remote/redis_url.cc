@@ -1,6 +1,7 @@
 // ParseRedisUrl: redis://[USER:PASSWORD@]HOST:PORT, strictly. Anything the
 // grammar does not name (a path, a query, TLS, a database) is refused, so a
-// typo never silently points a server at the wrong store.
+// typo never silently points a server at the wrong store. No message quotes
+// a part of the URL: a malformed one may hold its password anywhere.
 #include <charconv>
 #include <string>
 #include <string_view>
@@ -83,19 +84,38 @@ Result<uint16_t> ParsePort(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || text.size() > 5 || value == 0 ||
       value > 65535) {
-    return Bad("port '" + std::string(text) + "' is not in 1..65535");
+    return Bad("the port is not a number in 1..65535");
   }
   return static_cast<uint16_t>(value);
 }
 
+// True when `text` starts with `prefix`, ignoring ASCII case (URL schemes
+// are case-insensitive, RFC 3986 §3.1).
+bool StartsWithNoCase(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    char c = text[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != prefix[i]) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool HasRedisScheme(std::string_view text) {
+  return StartsWithNoCase(text, "redis://") || StartsWithNoCase(text, "rediss://");
+}
 
 Result<RedisUrl> ParseRedisUrl(std::string_view url) {
   if (url.size() > kMaxUrlBytes) return Bad("longer than 4096 bytes");
   if (!IsUrlText(url)) return Bad("contains spaces or non-printable bytes");
   constexpr std::string_view kScheme = "redis://";
-  if (url.starts_with("rediss://")) return Bad("TLS (rediss://) is not supported");
-  if (!url.starts_with(kScheme)) return Bad("must start with redis://");
+  if (StartsWithNoCase(url, "rediss://")) {
+    return Status::NotSupported("redis url: TLS (rediss://) is not supported; use redis:// (a TLS proxy such as "
+                                "stunnel can carry it)");
+  }
+  if (!StartsWithNoCase(url, kScheme)) return Bad("must start with redis://");
   std::string_view rest = url.substr(kScheme.size());
   if (rest.find_first_of("/?#") != std::string_view::npos) {
     return Bad("a path, database or query after HOST:PORT is not supported");
@@ -123,7 +143,7 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url) {
     std::string_view host = rest.substr(1, close - 1);
     if (host.empty() || host.find_first_not_of(":.0123456789abcdefABCDEF") != host.npos ||
         host.find(':') == host.npos) {
-      return Bad("host [" + std::string(host) + "] is not an IPv6 address");
+      return Bad("the host in [...] is not an IPv6 address");
     }
     out.host = std::string(host);
     rest = rest.substr(close + 1);
@@ -135,7 +155,10 @@ Result<RedisUrl> ParseRedisUrl(std::string_view url) {
     std::string_view host = rest.substr(0, colon);
     if (host.empty()) return Bad("the host is empty");
     for (char c : host) {
-      if (!IsHostNameChar(c)) return Bad("host '" + std::string(host) + "' has a bad character");
+      if (!IsHostNameChar(c)) {
+        return Bad("the host has a bad character (a host name holds letters, digits, '-', '.' and '_'; an IPv6 "
+                   "address is written [ADDR])");
+      }
     }
     out.host = std::string(host);
     port_text = rest.substr(colon + 1);
@@ -152,6 +175,30 @@ std::string RedactedRedisUrl(const RedisUrl& url) {
   out += v6 ? "[" + url.host + "]" : url.host;
   out += ':';
   out += std::to_string(url.port);
+  return out;
+}
+
+std::string RedactCredentials(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t done = 0;
+  for (size_t scheme = text.find("://"); scheme != std::string_view::npos; scheme = text.find("://", scheme + 3)) {
+    const size_t start = scheme + 3;
+    if (start < done) continue;
+    // The authority: up to what cannot be in one (or ends a quoted URL).
+    size_t end = text.find_first_of(" \t\r\n'\"`<>/", start);
+    if (end == std::string_view::npos) end = text.size();
+    const size_t at = text.substr(start, end - start).rfind('@');
+    if (at == std::string_view::npos) continue;
+    // USER:PASSWORD keeps USER; anything else before the '@' may be a
+    // password on its own.
+    const size_t colon = text.substr(start, at).find(':');
+    const size_t secret = colon == std::string_view::npos ? start : start + colon + 1;
+    out.append(text.substr(done, secret - done));
+    out += "***";
+    done = start + at;
+  }
+  out.append(text.substr(done));
   return out;
 }
 

@@ -121,7 +121,7 @@ struct PromptCacheStore::Impl {
   // and size), then the headers of the others; rewrites the manifest and
   // evicts over budget. Sets `indexed` and `open_report` when done.
   Status IndexDirectory();
-  void RemoveStaleTempFiles(const std::vector<std::string>& names);
+  void RemoveStaleTempFiles(const std::vector<std::string>& names, StoreOpenReport& report);
   void IndexFile(const std::string& name, const std::unordered_map<std::string, ManifestEntry>& listed,
                  StoreOpenReport& report);
   // Adds an entry the indexer found unless the file was indexed since (by a

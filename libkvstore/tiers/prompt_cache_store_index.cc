@@ -44,7 +44,7 @@ Status PromptCacheStore::Impl::IndexDirectory() {
   StoreOpenReport report;
   Status status = [&]() -> Status {
     KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
-    RemoveStaleTempFiles(names);
+    RemoveStaleTempFiles(names, report);
     std::unordered_map<std::string, ManifestEntry> listed;
     if (auto m = env->OpenReadable(Path("MANIFEST")); m.ok()) listed = ReadManifest((*m)->data());
     for (const std::string& name : names) {
@@ -63,13 +63,16 @@ Status PromptCacheStore::Impl::IndexDirectory() {
   return status;
 }
 
-void PromptCacheStore::Impl::RemoveStaleTempFiles(const std::vector<std::string>& names) {
-  // One process owns the directory, so a temp file is a dead writer's,
-  // except those of this process's Puts running while the indexer works.
+void PromptCacheStore::Impl::RemoveStaleTempFiles(const std::vector<std::string>& names,
+                                                  StoreOpenReport& report) {
+  // One process owns the directory, so a temp file of the store's own
+  // pattern is a dead writer's, except those of this process's Puts running
+  // while the indexer works. Other temp files (a kvtool output being written
+  // into the directory) are left alone.
   const std::string own = ".kvtmp-" + std::to_string(env->ProcessId()) + "-";
   for (const std::string& name : names) {
-    if (name.find(".kvtmp-") != std::string::npos && name.find(own) == std::string::npos) {
-      (void)env->RemoveFile(Path(name));
+    if (IsStoreTempFileName(name) && name.find(own) == std::string::npos) {
+      if (env->RemoveFile(Path(name)).ok()) ++report.temp_files_removed;
     }
   }
 }

@@ -74,6 +74,17 @@ std::vector<std::string> StoreFileNamesOfPrefixes(std::string_view model, std::s
   return out;
 }
 
+bool IsStoreTempFileName(std::string_view name) {
+  constexpr std::string_view kTemp = ".kvtmp-";
+  const size_t at = name.find(kTemp);
+  if (at == std::string_view::npos || at + kTemp.size() == name.size()) return false;
+  const std::string_view base = name.substr(0, at);
+  if (base == "kvstore-models.json" || base == "MANIFEST") return true;
+  constexpr size_t kHexDigits = 16;
+  return base.size() == kHexDigits + kStoreFileSuffix.size() && base.ends_with(kStoreFileSuffix) &&
+         base.substr(0, kHexDigits).find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens) {
   return {{std::string(kModelKey), std::string(model)}, {std::string(kTokensKey), TokensText(tokens)}};
 }

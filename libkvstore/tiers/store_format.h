@@ -36,6 +36,13 @@ std::string StoreFileName(std::string_view model, std::span<const int32_t> token
 // StoreFileName(model, tokens.first(n)) for n = 1 .. tokens.size(), as
 // out[n - 1], in one pass over the tokens.
 std::vector<std::string> StoreFileNamesOfPrefixes(std::string_view model, std::span<const int32_t> tokens);
+// True for a temp file of the store's own writes: "<entry name>.kvtmp-..."
+// (a Put's staged file, and the atomic writer's temp file of it), the
+// manifest's "MANIFEST.kvtmp-...", and "kvstore-models.json.kvtmp-..." (the
+// Python tiers keep their models file in the store's directory). The store
+// holds the directory's lock, so at Open every one that another process
+// named is a leftover.
+bool IsStoreTempFileName(std::string_view name);
 
 // The user metadata that records the key in the entry's file.
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens);

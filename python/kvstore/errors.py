@@ -6,6 +6,7 @@ exception                              kvtool exit  raised for
 InvalidArgumentError (ValueError)      1            a bad argument or a cache state that breaks a rule
 NotFoundError (FileNotFoundError)      2            a missing file
 FileIOError (OSError)                  2            the operating system refused (open, write, fsync)
+PermissionDeniedError                  2            Redis refused the login or an access (a PermissionError)
 CorruptionError                        3            bytes that fail a structural or integrity check
 NotSupportedError                      4            a valid request this class, layout or build cannot do
 FailedPreconditionError                4            e.g. verifying a file that has no digests
@@ -47,6 +48,13 @@ class FileIOError(Error, OSError):
     code = "IOError"
 
 
+class PermissionDeniedError(Error, PermissionError):
+    """Redis refused the credentials (WRONGPASS, NOAUTH) or its ACL a command or key (NOPERM)."""
+
+    exit_code = 2
+    code = "PermissionDenied"
+
+
 class CorruptionError(Error):
     exit_code = 3
     code = "Corruption"
@@ -67,6 +75,7 @@ __all__ = [
     "InvalidArgumentError",
     "NotFoundError",
     "FileIOError",
+    "PermissionDeniedError",
     "CorruptionError",
     "NotSupportedError",
     "FailedPreconditionError",

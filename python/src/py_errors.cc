@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "kvstore/redis_backend.h"
+
 namespace py = pybind11;
 
 namespace kvstore::python {
@@ -17,6 +19,7 @@ const char* ExceptionName(StatusCode code) {
     case StatusCode::kInvalidArgument: return "InvalidArgumentError";
     case StatusCode::kNotFound: return "NotFoundError";
     case StatusCode::kIOError: return "FileIOError";
+    case StatusCode::kPermissionDenied: return "PermissionDeniedError";
     default: return "Error";
   }
 }
@@ -40,7 +43,8 @@ int64_t IntArg(py::handle value, const std::string& what, int64_t min, int64_t m
 void ThrowStatus(const Status& status) {
   py::object errors = py::module_::import("kvstore.errors");
   py::object cls = errors.attr(ExceptionName(status.code()));
-  py::object exc = cls(std::string(status.message()));
+  // A message may quote a URL a user passed in, with its password.
+  py::object exc = cls(RedactCredentials(status.message()));
   exc.attr("code") = std::string(StatusCodeName(status.code()));
   PyErr_SetObject(cls.ptr(), exc.ptr());
   throw py::error_already_set();

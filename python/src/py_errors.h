@@ -3,7 +3,9 @@
 // NotSupported/FailedPrecondition -> kvstore.NotSupportedError (exit 4),
 // InvalidArgument -> kvstore.InvalidArgumentError (a ValueError, exit 1),
 // NotFound -> kvstore.NotFoundError (a FileNotFoundError, exit 2),
-// IOError -> kvstore.FileIOError (an OSError, exit 2), Internal -> kvstore.Error.
+// IOError -> kvstore.FileIOError (an OSError, exit 2),
+// PermissionDenied -> kvstore.PermissionDeniedError (a PermissionError, exit 2),
+// Internal -> kvstore.Error. Credentials of URLs in messages are redacted.
 // The classes live in kvstore/errors.py.
 #ifndef KVSTORE_PYTHON_PY_ERRORS_H_
 #define KVSTORE_PYTHON_PY_ERRORS_H_

@@ -115,3 +115,20 @@ def test_the_old_parameter_name_still_names_the_key_prefix(mlx_cache, mx, shared
     reader = shared("b")  # redis_key_prefix=shared.prefix
     reader.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
     assert reader.fetch_nearest_cache(MODEL, tokens)[0] is not None
+
+
+def test_a_refused_login_is_permission_denied(tmp_path):
+    import kvstore
+
+    url = _redis_url()
+    if not url:
+        pytest.skip("no Redis: run through ctest (fixture redis_services_start, needs redis-server)")
+    node = url.rsplit("@", 1)[1]
+    for bad, user in (("redis://default:not-the-password@" + node, "default"), ("REDIS://" + node, "default")):
+        with pytest.raises(kvstore.PermissionDeniedError) as e:
+            TieredPromptCache(redis=bad, directory=tmp_path / "d")
+        assert isinstance(e.value, PermissionError) and e.value.exit_code == 2 and e.value.code == "PermissionDenied"
+        assert str(e.value).startswith("redis: authentication failed for user %s at %s: " % (user, node))
+        assert "not-the-password" not in str(e.value)
+    with pytest.raises(kvstore.NotSupportedError, match="TLS"):
+        TieredPromptCache(redis="rediss://" + node)

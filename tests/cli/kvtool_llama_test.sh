@@ -60,7 +60,7 @@ done
 
 f32=$fixtures/llama_f32_d16
 # Container and integrity options apply to the mlx-lm side; the layout too.
-expect_exit 0 "mlx-lm, 2 layers, 20 tokens, F32 from llama.cpp f16, flash-attn on, stream 1 of 2, K pairs" -- \
+expect_exit 0 "mlx-lm, zstd, 2 layers, 20 tokens, F32 from llama.cpp f16, flash-attn on, stream 1 of 2, K pairs" -- \
   convert "$f32/slot_np2.bin" -o "$tmp/c.safetensors" --model "$f32/model" --compress --integrity
 "$kvtool" inspect "$tmp/c.safetensors" | grep "safetensors+zstd" > /dev/null || fail "--compress ignored"
 expect_exit 0 "OK" -- verify "$tmp/c.safetensors"

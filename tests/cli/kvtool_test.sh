@@ -217,7 +217,7 @@ cp "$f16" "$tmp/bp.safetensors" "$tmp/dir/"
 echo hello > "$tmp/dir/notes.txt"
 out=$("$kvtool" ls "$tmp/dir") || fail "ls"
 [[ $out == *"bp.safetensors"*"safetensors+zstd-byteplane"* && $out == *"kvcache_f16_4l.safetensors"* ]] || fail "ls rows: $out"
-[[ $out == *"2 cache files, 1 other files"* ]] || fail "ls summary: $out"
+[[ $out == *"2 cache files, 1 other file (--all lists them)"* ]] || fail "ls summary: $out"
 "$kvtool" ls --json "$tmp/dir" | grep '"name": "notes.txt"' > /dev/null || fail "ls --json skipped"
 
 # Corrupt input: a conversion that re-writes checks the input's digests.

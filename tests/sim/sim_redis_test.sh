@@ -42,10 +42,16 @@ if [[ $mode == shared ]]; then
     "$sim" "${args[@]}" --redis "$target" --key-prefix "$prefix" --processes 3 --requests 300 > "$dir/run.out" ||
       fail "run on $target exited non-zero: $(cat "$dir/run.out")"
     check "$dir/run.out"
-    grep -Eq '^shared_hits: [1-9][0-9]*$' "$dir/run.out" || fail "no shared hits: $(cat "$dir/run.out")"
+    grep -Eq '^shared_hits: [1-9][0-9]* tokens ' "$dir/run.out" || fail "no shared hits: $(cat "$dir/run.out")"
     grep -Eq '^dedup: 0\.[0-9]+$' "$dir/run.out" || fail "no dedup: $(cat "$dir/run.out")"
     grep -q 'processes 3' "$dir/run.out" || fail "not 3 processes"
   done
+  # A worker that fails says why, in the parent's message (its store
+  # cannot be created: /dev/null is no directory).
+  "$sim" "${args[@]}" --redis "$url" --key-prefix "$prefix" --processes 1 --requests 10 --store /dev/null/store \
+    > "$dir/worker.out" 2>&1 && fail "a failing worker went unnoticed: $(cat "$dir/worker.out")"
+  grep -Eq '^prompt_cache_sim: worker 0 \(pid [0-9]+\) exited with status 2 and no report: prompt_cache_sim: .*/dev/null' \
+    "$dir/worker.out" || fail "worker failure message: $(cat "$dir/worker.out")"
   # Chunks spread over every master of the cluster.
   IFS=, read -ra ports <<< "$(setting KVSTORE_TEST_REDIS_CLUSTER_PORTS)"
   for p in "${ports[@]}"; do

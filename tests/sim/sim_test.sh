@@ -20,11 +20,18 @@ if [[ $mode == short ]]; then
   "$sim" --threads 2 --requests 300 --seed 1 > "$dir/short.out" || fail "short run exited non-zero"
   check "$dir/short.out"
   grep -q '^hit_rate: ' "$dir/short.out" || fail "no hit_rate line"
+  # Hits are counted in requests, shared_hits in tokens: each line says so.
+  grep -Eq '^hits: [0-9]+ requests \(disk [0-9]+, shared tier [0-9]+\)$' "$dir/short.out" ||
+    fail "hits line: $(grep '^hits' "$dir/short.out")"
+  # A bad --redis URL is reported once, before any worker process starts.
+  "$sim" --redis redis://127.0.0.1 --processes 3 --requests 10 > "$dir/badurl.out" 2>&1; rc=$?
+  [[ $rc == 2 && $(grep -c 'redis url: the port is missing' "$dir/badurl.out") == 1 ]] &&
+    ! grep -q '^processes:' "$dir/badurl.out" || fail "bad --redis URL (exit $rc): $(cat "$dir/badurl.out")"
   # Three servers sharing a sealed chunk tier, each with its own memory.
   "$sim" --threads 2 --requests 300 --seed 1 --processes 3 --chunk-tokens 16 --secret s > "$dir/shared.out" ||
     fail "shared run exited non-zero: $(cat "$dir/shared.out")"
   check "$dir/shared.out"
-  grep -Eq '^shared_hits: [1-9][0-9]*$' "$dir/shared.out" || fail "no shared hits: $(cat "$dir/shared.out")"
+  grep -Eq '^shared_hits: [1-9][0-9]* tokens ' "$dir/shared.out" || fail "no shared hits: $(cat "$dir/shared.out")"
   grep -Eq '^dedup: 0\.[0-9]+$' "$dir/shared.out" || fail "no dedup line: $(cat "$dir/shared.out")"
   if ((failures)); then echo "$failures failures"; exit 1; fi
   echo "prompt_cache_sim short run passed"
