@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -42,7 +43,15 @@ namespace kvstore {
 bool IsZstdFrame(std::span<const std::byte> prefix);
 
 enum class ZstdCodec { kZstd, kBytePlane };
-std::string_view ZstdCodecName(ZstdCodec codec);  // "zstd", "zstd-byteplane"
+// The codec's name as files and reports spell it: "zstd", "zstd-byteplane".
+std::string_view ZstdCodecName(ZstdCodec codec);
+// A codec from its name: ZstdCodecName's, or "byteplane" (what kvtool's
+// --codec and Python's codec= take). nullopt for any other string.
+std::optional<ZstdCodec> ParseZstdCodec(std::string_view name);
+// The level a codec writes at when none is asked for: 3 for kZstd, 1 for
+// kBytePlane, which on 16-bit floats is both smaller and faster at level 1
+// than at 3 (docs/performance.md).
+int DefaultZstdLevel(ZstdCodec codec);
 
 struct ZstdWriteOptions {
   int level = 3;                          // zstd level (negative = faster)

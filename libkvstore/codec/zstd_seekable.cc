@@ -46,6 +46,14 @@ std::string_view ZstdCodecName(ZstdCodec codec) {
   return codec == ZstdCodec::kBytePlane ? "zstd-byteplane" : "zstd";
 }
 
+std::optional<ZstdCodec> ParseZstdCodec(std::string_view name) {
+  if (name == "zstd") return ZstdCodec::kZstd;
+  if (name == "byteplane" || name == "zstd-byteplane") return ZstdCodec::kBytePlane;
+  return std::nullopt;
+}
+
+int DefaultZstdLevel(ZstdCodec codec) { return codec == ZstdCodec::kBytePlane ? 1 : 3; }
+
 // ---- Writer ----
 
 namespace {
