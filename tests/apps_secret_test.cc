@@ -1,0 +1,41 @@
+// The tools' secret lookup (apps/common/secret.h): flag, file, environment.
+#include "apps/common/secret.h"
+
+#include <stdlib.h>
+
+#include <fstream>
+
+#include "testutil.h"
+
+namespace kvapps {
+namespace {
+
+using kvstore::StatusCode;
+using kvstore::testing::HasCode;
+
+TEST(ResolveSharedSecretTest, FlagThenFileThenEnvironment) {
+  kvstore::testing::TempDir dir;
+  const std::string file = dir.Join("secret");
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << "from-file\r\n";
+  }
+  const std::string env(kSharedSecretEnv);
+  unsetenv(env.c_str());
+  EXPECT_EQ(ResolveSharedSecret("", "").value(), std::string());
+  setenv(env.c_str(), "from-env", 1);
+  EXPECT_EQ(ResolveSharedSecret("", "").value(), std::string("from-env"));
+  EXPECT_EQ(ResolveSharedSecret("from-flag", "").value(), std::string("from-flag"));
+  EXPECT_EQ(ResolveSharedSecret("", file).value(), std::string("from-file"));
+  unsetenv(env.c_str());
+  EXPECT_THAT(ResolveSharedSecret("x", file), HasCode(StatusCode::kInvalidArgument, "give one"));
+  EXPECT_THAT(ResolveSharedSecret("", dir.Join("missing")), HasCode(StatusCode::kIOError, "cannot open"));
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out << "\n";
+  }
+  EXPECT_THAT(ResolveSharedSecret("", file), HasCode(StatusCode::kInvalidArgument, "is empty"));
+}
+
+}  // namespace
+}  // namespace kvapps
