@@ -8,13 +8,14 @@
 //   // Optional: refuse to run without a worker (else TryPush may run jobs inline).
 //   if (TaskPool::Shared().StartWorkers(1) == 0) return Status::ResourceExhausted(...);
 //   if (!writes.TryPush([job = std::move(job)] { Write(job); })) ++dropped;
-//   writes.Flush();  // waits until every job pushed so far has run
+//   writes.Flush();  // waits until no job is queued or running
 //   // ~TaskQueue (or Close()): drops the queued jobs, waits for the running ones
 //
 // Jobs run on pool workers and may use the pool themselves (ParallelFor,
 // Submit). With concurrency 1 they run one after the other in push order,
-// unless someone calls RunOne. A job must not throw (an exception is
-// dropped). If the pool cannot run a job at all (no worker can be
+// unless someone calls RunOne. A job is a std::function (its captures must
+// be copyable: hold move-only state in a shared_ptr) and must not throw (an
+// exception is dropped). If the pool cannot run a job at all (no worker can be
 // started), TryPush runs the queue on the calling thread before it returns.
 //
 // Thread safety: every member may be called from many threads at once.
