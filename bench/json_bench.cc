@@ -5,8 +5,11 @@
 // layer order, as another writer might.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "kvstore/json.h"
 
@@ -53,6 +56,55 @@ void BM_JsonParse20kLayers(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(text.size()));
 }
 BENCHMARK(BM_JsonParse20kLayers)->ArgName("sorted")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+
+// Hostile headers for the duplicate-key check, about 4 MB each, against the
+// bytes/s of the 20k-layer header: a key costs O(length x log members)
+// whatever its bytes. 0: 250,000 short keys in one object in decreasing
+// order (never the sorted fast path); 1: 3,600 keys of 1 KiB sharing their
+// first 1,000 bytes, in decreasing order (every comparison reads ~1 KiB);
+// 2: 27,777 objects of 9 members out of order (a key set per object);
+// 3: 4,000 keys that std::hash sends to one slot of the key table (what a
+// file crafted against std::hash's fixed seed does; the set then orders them).
+std::string HostileText(int64_t kind) {
+  std::string text = "{";
+  auto add = [&](const std::string& key, const char* value) {
+    text.append("\"").append(key).append("\":").append(value).append(",");
+  };
+  if (kind == 0) {
+    for (int i = 250000; i > 0; --i) add("k" + std::to_string(i), "0");
+  } else if (kind == 1) {
+    const std::string prefix(1000, 'p');
+    for (int i = 3600; i > 0; --i) add(prefix + std::to_string(1000000 + i) + std::string(17, 's'), "0");
+  } else if (kind == 3) {
+    std::vector<std::string> keys;
+    for (int i = 0; keys.size() < 4000; ++i) {
+      std::string key = "k" + std::to_string(i);
+      if ((std::hash<std::string_view>()(key) & 8191) == 0) keys.push_back(std::move(key));
+    }
+    std::sort(keys.rbegin(), keys.rend());
+    for (const std::string& key : keys) add(key, "0");
+  } else {
+    for (int i = 0; i < 250000 / 9 * 9; i += 9) {
+      std::string object = "{";
+      for (int k = 8; k >= 0; --k) object.append("\"").append(1, static_cast<char>('a' + k)).append("\":0,");
+      object.back() = '}';
+      add(std::to_string(i), object.c_str());
+    }
+  }
+  text.back() = '}';
+  return text;
+}
+
+void BM_JsonParseHostileKeys(benchmark::State& state) {
+  const std::string text = HostileText(state.range(0));
+  for (auto _ : state) {
+    kvstore::Result<kvstore::Json> parsed = kvstore::Json::Parse(text);
+    if (!parsed.ok()) state.SkipWithError("parse");
+    benchmark::DoNotOptimize(parsed);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(text.size()));
+}
+BENCHMARK(BM_JsonParseHostileKeys)->ArgName("kind")->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 
 // Dumps with sorted keys, as the safetensors writer does.
 void BM_JsonDump20kLayers(benchmark::State& state) {

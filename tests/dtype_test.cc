@@ -33,6 +33,23 @@ TEST(DTypeTest, ParseIsExactAndCaseSensitive) {
   EXPECT_EQ(ParseDType("F8_E8M0"), DType::kF8E8M0);
 }
 
+// What kvtool's --dtype and Python's dtype= accept: one function for both.
+TEST(DTypeTest, AliasesAreCaseInsensitive) {
+  EXPECT_EQ(ParseDTypeAlias("f16"), DType::kF16);
+  EXPECT_EQ(ParseDTypeAlias("BF16"), DType::kBF16);
+  EXPECT_EQ(ParseDTypeAlias("bfloat16"), DType::kBF16);
+  EXPECT_EQ(ParseDTypeAlias("Float32"), DType::kF32);
+  EXPECT_EQ(ParseDTypeAlias("uint64"), DType::kU64);
+  EXPECT_EQ(ParseDTypeAlias("f8_e4m3"), DType::kF8E4M3);
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType d = static_cast<DType>(i);
+    EXPECT_EQ(ParseDTypeAlias(DTypeName(d)), d) << DTypeName(d);
+  }
+  EXPECT_FALSE(ParseDTypeAlias("half").has_value());
+  EXPECT_FALSE(ParseDTypeAlias("f16 ").has_value());
+  EXPECT_FALSE(ParseDTypeAlias("").has_value());
+}
+
 TEST(DTypeTest, Categories) {
   EXPECT_TRUE(IsFloating(DType::kBF16));
   EXPECT_FALSE(IsFloating(DType::kF8E4M3));

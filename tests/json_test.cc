@@ -1,10 +1,11 @@
 #include "kvstore/json.h"
 
+#include <algorithm>
+#include <functional>
 #include <limits>
 #include <string>
 
 #include "libkvstore/util/json_text.h"
-#include "libkvstore/util/siphash.h"
 #include "testutil.h"
 
 namespace kvstore {
@@ -127,7 +128,7 @@ TEST(JsonTest, NumbersBelowTheSmallestDoubleAreZero) {
 
 TEST(JsonTest, DuplicateKeysAreFoundAtTheirOpeningQuote) {
   // Small object (scan), sorted keys (comparison with the previous one), and
-  // a large unsorted object (hash index).
+  // a large unsorted object (ordered set).
   EXPECT_THAT(Json::Parse(R"({"b":1, "a":2, "b":3})"),
               HasCode(StatusCode::kCorruption, R"(duplicate key "b" at byte 15)"));
   EXPECT_THAT(Json::Parse(R"({"a":1,"b":2,"c":3,"b":4})"),
@@ -152,19 +153,44 @@ TEST(JsonTest, DuplicateKeysAreFoundAtTheirOpeningQuote) {
   EXPECT_OK(Json::Parse(R"({"a":{"k":1},"b":{"k":2}})"));  // one set per object
 }
 
-// The reference vectors of the SipHash paper (key 00..0f, message 00..0e),
-// and the per-process key of the duplicate-key index.
-TEST(JsonTest, SipHashMatchesTheReferenceAndIsKeyed) {
-  const SipKey key{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
-  std::string message;
-  for (char c = 0; c < 15; ++c) message += c;
-  EXPECT_EQ((SipHash<2, 4>(key, "")), 0x726fdb47dd0e0e31ULL);
-  EXPECT_EQ((SipHash<2, 4>(key, message)), 0xa129ca6149be45e5ULL);
-  EXPECT_NE(SipHash13(key, message), SipHash13(SipKey{}, message));
-  EXPECT_NE(SipHash13(key, message), SipHash13(key, message.substr(0, 14)));
-  const SipKey process = ProcessSipKey();
-  EXPECT_TRUE(process.k0 != 0 || process.k1 != 0);
-  EXPECT_EQ(ProcessSipKey().k0, process.k0);  // one key per process
+// Large unsorted objects inside large unsorted objects: each keeps its own
+// set while the inner ones are parsed, and keys sharing a long prefix are
+// told apart by their last byte.
+TEST(JsonTest, NestedUnsortedObjectsKeepTheirOwnKeySets) {
+  const std::string prefix(300, 'p');
+  auto object = [&](int members, const std::string& value) {
+    std::string text = "{";
+    for (int i = members; i > 0; --i) text += "\"" + prefix + std::to_string(100 + i) + "\":" + value + ",";
+    return text;
+  };
+  const std::string inner = object(20, "0") + "\"z\":0}";
+  const std::string outer = object(20, inner);
+  ASSERT_OK_AND_ASSIGN(Json ok, Json::Parse(outer + "\"z\":0}"));
+  EXPECT_EQ(ok.size(), 21u);
+  EXPECT_EQ(ok.as_object()[0].second.size(), 21u);
+  const std::string dup = "\"" + prefix + "105\":1}";
+  EXPECT_THAT(Json::Parse(outer + dup),
+              HasCode(StatusCode::kCorruption, "at byte " + std::to_string(outer.size())));
+  EXPECT_THAT(Json::Parse("[" + object(20, "0") + dup + "]"), HasCode(StatusCode::kCorruption, "duplicate key"));
+}
+
+// Keys that std::hash sends to one slot of the key table (as a hostile
+// file would choose them): past 32 probes the object moves to an ordered
+// set, which still finds every duplicate.
+TEST(JsonTest, CollidingKeysStillFindDuplicates) {
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 60; ++i) {
+    std::string key = "k" + std::to_string(i);
+    if ((std::hash<std::string_view>()(key) & 255) == 0) keys.push_back(key);
+  }
+  std::sort(keys.rbegin(), keys.rend());  // decreasing: not the sorted fast path
+  std::string text = "{";
+  for (const std::string& key : keys) text += "\"" + key + "\":0,";
+  ASSERT_OK_AND_ASSIGN(Json ok, Json::Parse(text + "\"other\":1}"));
+  EXPECT_EQ(ok.size(), keys.size() + 1);
+  const std::string dup = "\"" + keys[3] + "\":1}";
+  EXPECT_THAT(Json::Parse(text + dup),
+              HasCode(StatusCode::kCorruption, "\"" + keys[3] + "\" at byte " + std::to_string(text.size())));
 }
 
 // The bytes nlohmann::json::dump() writes (what mlx-lm writes), spelled out.

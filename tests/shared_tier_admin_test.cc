@@ -1,10 +1,6 @@
 // What tools see of a shared tier: namespaces, chains and chunk headers.
 #include "kvstore/shared_tier_admin.h"
 
-#include <stdlib.h>
-
-#include <fstream>
-
 #include "kvstore/kv_cache.h"
 #include "libkvstore/shared_tier/chunk_codec.h"
 #include "libkvstore/shared_tier/chunk_keys.h"
@@ -156,29 +152,6 @@ TEST_F(SharedTierAdminTest, CompressedChunksAreReadWhole) {
   EXPECT_GT(info.value_bytes, 0u);
   EXPECT_EQ(info.index, 2);
   EXPECT_FALSE(info.sealed);
-}
-
-TEST(ResolveSharedSecretTest, FlagThenFileThenEnvironment) {
-  testing::TempDir dir;
-  const std::string file = dir.Join("secret");
-  {
-    std::ofstream out(file, std::ios::binary);
-    out << "from-file\r\n";
-  }
-  unsetenv(std::string(kSharedSecretEnv).c_str());
-  EXPECT_EQ(ResolveSharedSecret("", "").value(), std::string());
-  setenv(std::string(kSharedSecretEnv).c_str(), "from-env", 1);
-  EXPECT_EQ(ResolveSharedSecret("", "").value(), std::string("from-env"));
-  EXPECT_EQ(ResolveSharedSecret("from-flag", "").value(), std::string("from-flag"));
-  EXPECT_EQ(ResolveSharedSecret("", file).value(), std::string("from-file"));
-  unsetenv(std::string(kSharedSecretEnv).c_str());
-  EXPECT_THAT(ResolveSharedSecret("x", file), HasCode(StatusCode::kInvalidArgument, "give one"));
-  EXPECT_THAT(ResolveSharedSecret("", dir.Join("missing")), HasCode(StatusCode::kIOError, "cannot open"));
-  {
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out << "\n";
-  }
-  EXPECT_THAT(ResolveSharedSecret("", file), HasCode(StatusCode::kInvalidArgument, "is empty"));
 }
 
 }  // namespace

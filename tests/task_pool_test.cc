@@ -1,6 +1,7 @@
-// TaskPool, and the shared tier when the system refuses to start threads:
-// every call completes (with less parallelism), nothing throws, nothing
-// waits behind a busy pool.
+// TaskPool and what runs on it (ParallelFor, OrderedPipeline, HashPipeline,
+// the zstd writer, TaskQueue, the shared tier), on a busy pool and when the
+// system refuses to start threads: every call completes (with less
+// parallelism), nothing throws, nothing waits behind a busy pool.
 #include "libkvstore/util/task_pool.h"
 
 #include <sys/resource.h>
@@ -13,8 +14,11 @@
 #include <thread>
 
 #include "kvstore/kv_cache.h"
+#include "kvstore/zstd_seekable.h"
+#include "libkvstore/format/hash_pipeline.h"
 #include "libkvstore/util/ordered_pipeline.h"
 #include "libkvstore/util/parallel.h"
+#include "libkvstore/util/task_queue.h"
 #include "shared_tier_testutil.h"
 
 namespace kvstore {
@@ -41,7 +45,8 @@ TEST(TaskPoolTest, ParallelForRunsEveryItemAndReportsTheFirstError) {
 // the calling thread.
 TEST(TaskPoolTest, CallsCompleteWhileEveryWorkerIsBusy) {
   TaskPool pool(2);
-  ASSERT_EQ(pool.workers(), 2);
+  EXPECT_EQ(pool.workers(), 0);  // started as work arrives
+  ASSERT_EQ(pool.StartWorkers(2), 2);
   std::latch release(1);
   std::vector<TaskPool::Pending<int>> blockers;
   for (int i = 0; i < 2; ++i) blockers.push_back(pool.Submit<int>([&] { return release.wait(), 0; }));
@@ -56,6 +61,123 @@ TEST(TaskPoolTest, CallsCompleteWhileEveryWorkerIsBusy) {
   const std::thread::id caller = std::this_thread::get_id();
   TaskPool::Pending<std::thread::id> ran = pool.Submit<std::thread::id>([] { return std::this_thread::get_id(); });
   EXPECT_EQ(ran.Get(), caller);
+}
+
+// ParallelFor and Submit from inside tasks of the same pool: the caller
+// takes part at every level, so nesting never waits for a free worker.
+TEST(TaskPoolTest, NestedCallsOnOnePoolComplete) {
+  TaskPool pool(2);
+  std::atomic<int> leaves{0};
+  ASSERT_OK(pool.ParallelFor(6, 0, [&](size_t) {
+    return pool.ParallelFor(6, 0, [&](size_t) {
+      TaskPool::Pending<Status> inner = pool.Submit<Status>([&] {
+        return pool.ParallelFor(6, 0, [&](size_t) { return ++leaves, Status::OK(); });
+      });
+      return inner.Get();
+    });
+  }));
+  EXPECT_EQ(leaves.load(), 6 * 6 * 6);
+}
+
+// After a failure, items not yet started are skipped (they all come after
+// it, so the first error by index is still the one returned).
+TEST(TaskPoolTest, ParallelForSkipsItemsAfterAFailure) {
+  TaskPool pool(1);
+  std::latch release(1);
+  TaskPool::Pending<int> blocker = pool.Submit<int>([&] { return release.wait(), 0; });
+  std::atomic<int> ran{0};
+  Status s = pool.ParallelFor(1000, 2, [&](size_t i) {
+    ++ran;
+    return i == 3 ? Status::Corruption("item 3") : Status::OK();
+  });
+  release.count_down();
+  EXPECT_THAT(s, testing::HasCode(StatusCode::kCorruption, "item 3"));
+  EXPECT_EQ(ran.load(), 4);  // the helper is queued behind the blocker: all ran here
+  EXPECT_EQ(blocker.Get(), 0);
+}
+
+// Holds every worker of the shared pool while it lives.
+class SharedPoolBlocked {
+ public:
+  SharedPoolBlocked()
+      : workers_(TaskPool::Shared().StartWorkers(TaskPool::Shared().max_workers())), started_(workers_) {
+    for (int i = 0; i < workers_; ++i) {
+      blockers_.push_back(TaskPool::Shared().Submit<int>([this] { return started_.count_down(), release_.wait(), 0; }));
+    }
+    started_.wait();
+  }
+  ~SharedPoolBlocked() { release_.count_down(); }  // then the blockers are waited for
+
+ private:
+  const int workers_;
+  std::latch started_;
+  std::latch release_{1};
+  std::vector<TaskPool::Pending<int>> blockers_;
+};
+
+// The users of the shared pool when no worker is free: the calling thread
+// does the work (before, each started threads of its own).
+TEST(TaskPoolTest, PipelinesCompleteWhileTheSharedPoolIsBusy) {
+  SharedPoolBlocked busy;
+  std::atomic<int> n{0};
+  ASSERT_OK(ParallelFor(100, 0, [&](size_t) { return ++n, Status::OK(); }));
+  EXPECT_EQ(n.load(), 100);
+
+  std::vector<size_t> order;
+  ASSERT_OK(OrderedPipeline<size_t>(
+      20, 4, 3, [](size_t i) -> Result<size_t> { return i * 10; },
+      [&](size_t i, size_t& item) { return order.push_back(item + i), Status::OK(); }));
+  ASSERT_EQ(order.size(), 20u);
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], 11 * i);
+
+  // Over its byte budget at every array: the submitter hashes them itself.
+  HashPipeline hasher(4, /*max_pending_bytes=*/64);
+  std::vector<Array> arrays;
+  for (int32_t i = 0; i < 50; ++i) arrays.push_back(Array::FromInt32s({i, i + 1, i + 2, i + 3}));
+  for (size_t i = 0; i < arrays.size(); ++i) hasher.Submit(i, arrays[i]);
+  const std::vector<Sha256Digest> digests = hasher.Finish();
+  ASSERT_EQ(digests.size(), arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) EXPECT_EQ(digests[i], Sha256(arrays[i])) << i;
+
+  std::unique_ptr<Env> env = NewMemEnv();
+  auto file = env->NewWritableFile("/z").value();
+  ZstdSeekableWriter writer(file.get(), {.frame_size = 4096, .threads = 0});
+  std::vector<std::byte> content(100000);
+  for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<std::byte>(i % 251);
+  ASSERT_OK(writer.Append(content));
+  ASSERT_OK(writer.Finish());
+  ASSERT_OK(file->Close());
+  auto packed = env->OpenReadable("/z").value();
+  ASSERT_OK_AND_ASSIGN(ZstdSeekableReader reader, ZstdSeekableReader::Open(packed->data()));
+  std::vector<std::byte> back(content.size());
+  ASSERT_OK(reader.ReadAll(back, 0));
+  EXPECT_EQ(back, content);
+}
+
+// A child forked after the parent used the shared pool gets a fresh one:
+// the parent's workers do not exist in it, so work queued for them would
+// never run (a TaskQueue's Flush would wait forever).
+TEST(TaskPoolTest, AForkedChildGetsAFreshSharedPool) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not follow fork() in a threaded process";
+#endif
+  ASSERT_GE(TaskPool::Shared().StartWorkers(1), 1);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    TaskPool& pool = TaskPool::Shared();
+    if (pool.workers() != 0) _exit(2);
+    std::atomic<int> ran{0};
+    TaskQueue queue(pool, {.concurrency = 1});
+    if (!queue.TryPush([&] { ++ran; })) _exit(3);
+    queue.Flush();
+    if (ran != 1) _exit(4);
+    if (!ParallelFor(10, 0, [&](size_t) { return ++ran, Status::OK(); }).ok() || ran != 11) _exit(5);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // Runs `body` in a child process whose address space leaves no room for a
@@ -108,7 +230,7 @@ TEST(TaskPoolTest, WithoutThreadsEverythingRunsInline) {
   KVSTORE_SKIP_WITHOUT_THREADS();
   EXPECT_EQ(WithoutThreads([] {
               TaskPool pool(4);
-              if (pool.workers() != 0) return 2;
+              if (pool.StartWorkers(4) != 0) return 2;
               int sum = 0;
               if (!pool.ParallelFor(10, 4, [&](size_t i) { return sum += static_cast<int>(i), Status::OK(); }).ok()) {
                 return 3;
@@ -122,6 +244,15 @@ TEST(TaskPoolTest, WithoutThreadsEverythingRunsInline) {
                   6, 2, 3, [](size_t i) -> Result<size_t> { return i * 10; },
                   [&](size_t i, size_t& item) { return order.push_back(item + i), Status::OK(); });
               if (!piped.ok() || order != std::vector<size_t>{0, 11, 22, 33, 44, 55}) return 6;
+              // The shared pool cannot start a worker either: a queue runs its
+              // jobs on the thread that pushes them, hashing runs inline.
+              std::atomic<int> ran{0};
+              TaskQueue queue(TaskPool::Shared(), {.concurrency = 2});
+              if (!queue.TryPush([&] { ++ran; }) || ran != 1) return 7;
+              HashPipeline hasher(4, 1 << 20);
+              const Array a = Array::FromInt32s({1, 2, 3});
+              hasher.Submit(0, a);
+              if (hasher.Finish() != std::vector<Sha256Digest>{Sha256(a)}) return 8;
               return 0;
             }),
             0);

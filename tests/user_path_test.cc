@@ -101,12 +101,5 @@ TEST(ExpandUserPathTest, StoreDirectoryIsExpanded) {
   EXPECT_FALSE(std::filesystem::exists(cwd.Join("~")));
 }
 
-TEST(ExpandUserPathTest, SecretFileIsExpanded) {
-  testing::TempDir home;
-  ScopedHome scoped(home.path().c_str());
-  std::ofstream(home.Join("secret")) << "s3cret\n";
-  EXPECT_EQ(ResolveSharedSecret("", "~/secret").value(), "s3cret");
-}
-
 }  // namespace
 }  // namespace kvstore

@@ -129,6 +129,19 @@ TEST(ZstdSeekableTest, DeclaredSizesAreCappedBeforeAllocation) {
   EXPECT_THAT(ZstdSeekableReader::Open(not_seekable), HasCode(StatusCode::kCorruption, "footer"));
 }
 
+// The names and default levels kvtool and Python take from the library: the
+// name files carry ("zstd-byteplane") and the short flag ("byteplane") both parse.
+TEST(ZstdSeekableTest, CodecNamesAndDefaultLevels) {
+  for (ZstdCodec codec : {ZstdCodec::kZstd, ZstdCodec::kBytePlane}) {
+    EXPECT_EQ(ParseZstdCodec(ZstdCodecName(codec)), codec) << ZstdCodecName(codec);
+  }
+  EXPECT_EQ(ParseZstdCodec("byteplane"), ZstdCodec::kBytePlane);
+  EXPECT_FALSE(ParseZstdCodec("Zstd").has_value());
+  EXPECT_FALSE(ParseZstdCodec("").has_value());
+  EXPECT_EQ(DefaultZstdLevel(ZstdCodec::kZstd), 3);
+  EXPECT_EQ(DefaultZstdLevel(ZstdCodec::kBytePlane), 1);
+}
+
 TEST(BytePlaneTest, SplitsEvenThenOddBytesAndMergesBack) {
   const std::string in = "ABCDEFG";
   std::vector<std::byte> planes(in.size()), back(in.size());

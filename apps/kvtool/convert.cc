@@ -25,12 +25,12 @@ struct ConvertArgs {
   std::string quantize;  // BITS[:GROUP]
   bool dequantize = false;
   bool gpu_rounding = false;
-  std::string dtype;     // f16 | bf16 | f32
+  std::string dtype;     // f16 | bf16 | f32 (kvstore::ParseDTypeAlias)
   std::string compress_text;  // --compress: "" absent, "true" without a level, else the level
   std::optional<int> compress;
   bool compress_flag = false;
   bool decompress = false;
-  std::string codec;     // zstd | byteplane
+  std::string codec;     // zstd | byteplane (kvstore::ParseZstdCodec)
   bool integrity = false;
   bool no_integrity = false;
   bool quiet = false;
@@ -64,10 +64,8 @@ struct LayerTransform {
 // Parses the conversion flags; an error message for a usage error.
 std::optional<std::string> ParseTransform(const ConvertArgs& a, LayerTransform& t) {
   if (!a.dtype.empty()) {
-    if (a.dtype == "f16") t.dtype = kvstore::DType::kF16;
-    else if (a.dtype == "bf16") t.dtype = kvstore::DType::kBF16;
-    else if (a.dtype == "f32") t.dtype = kvstore::DType::kF32;
-    else return "--dtype must be f16, bf16 or f32";
+    t.dtype = kvstore::ParseDTypeAlias(a.dtype);
+    if (!t.dtype || !kvstore::IsCastLayerDType(*t.dtype)) return "--dtype must be f16, bf16 or f32";
   }
   if (!a.quantize.empty()) {
     if (std::sscanf(a.quantize.c_str(), "%d:%d", &t.bits, &t.group) < 1 ||
@@ -82,7 +80,8 @@ std::optional<std::string> ParseTransform(const ConvertArgs& a, LayerTransform& 
 }
 
 // The flags a llama.cpp conversion uses (apps/kvtool/convert_llama.cc).
-LlamaConvertRequest LlamaRequest(const ConvertArgs& a, const LayerTransform& t, bool transforms) {
+LlamaConvertRequest LlamaRequest(const ConvertArgs& a, std::optional<kvstore::ZstdCodec> codec,
+                                 const LayerTransform& t, bool transforms) {
   LlamaConvertRequest r;
   r.in = a.in;
   r.out = a.out;
@@ -92,8 +91,8 @@ LlamaConvertRequest LlamaRequest(const ConvertArgs& a, const LayerTransform& t, 
   r.dequantize = t.dequantize;
   if (transforms) r.transform = [t](std::shared_ptr<kvstore::Cache> layer) { return t(std::move(layer)); };
   r.container_flags = a.compress_flag || a.decompress || !a.codec.empty();
-  r.codec = a.codec == "byteplane" ? kvstore::ZstdCodec::kBytePlane : kvstore::ZstdCodec::kZstd;
-  if (a.compress_flag || !a.codec.empty()) r.compression_level = a.compress.value_or(a.codec == "byteplane" ? 1 : 3);
+  r.codec = codec.value_or(kvstore::ZstdCodec::kZstd);
+  if (a.compress_flag || codec) r.compression_level = a.compress.value_or(kvstore::DefaultZstdLevel(r.codec));
   r.integrity = !a.no_integrity;
   r.integrity_flags = a.integrity || a.no_integrity;
   r.threads = a.threads;
@@ -125,33 +124,33 @@ int RunConvert(ConvertArgs a) {
   if (!a.to.empty() && a.to != "llama.cpp" && (!to || *to == kvstore::PromptCacheLayout::kMlxLmLegacy)) {
     return Fail(kExitUsage, "--to must be mlx-lm, mlx-lm-0.31, mlx-swift-lm or llama.cpp");
   }
-  if (!a.codec.empty() && a.codec != "zstd" && a.codec != "byteplane") {
-    return Fail(kExitUsage, "--codec must be zstd or byteplane");
+  std::optional<kvstore::ZstdCodec> asked_codec;
+  if (!a.codec.empty()) {
+    asked_codec = kvstore::ParseZstdCodec(a.codec);
+    if (!asked_codec) return Fail(kExitUsage, "--codec must be zstd or byteplane");
   }
   if (!a.codec.empty() && a.decompress) return Fail(kExitUsage, "--codec applies to compressed output");
   LayerTransform transform;
   if (std::optional<std::string> bad = ParseTransform(a, transform)) return Fail(kExitUsage, *bad);
   const bool transforms = transform.bits != 0 || transform.dequantize || transform.dtype.has_value();
-  if (std::optional<int> code = MaybeRunLlamaConvert(LlamaRequest(a, transform, transforms), *a.llama)) return *code;
+  if (std::optional<int> code = MaybeRunLlamaConvert(LlamaRequest(a, asked_codec, transform, transforms), *a.llama)) {
+    return *code;
+  }
 
   auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.in);
   if (!info.ok()) return Fail(info.status());
   // Output layout and container: as asked, else the input's.
   const kvstore::SavePromptCacheOptions same = kvstore::SameFormatAs(*info);
-  kvstore::ZstdCodec codec = same.codec;
-  if (!a.codec.empty()) codec = a.codec == "byteplane" ? kvstore::ZstdCodec::kBytePlane : kvstore::ZstdCodec::kZstd;
-  // Default levels: 3 for zstd; 1 for byte planes, which on 16-bit floats
-  // compresses both better and faster there (docs/performance.md).
-  const int default_level = codec == kvstore::ZstdCodec::kBytePlane ? 1 : 3;
+  const kvstore::ZstdCodec codec = asked_codec.value_or(same.codec);
   std::optional<int> level = a.decompress ? std::nullopt : same.compression_level;
-  if (a.compress_flag || !a.codec.empty()) level = a.compress.value_or(default_level);
+  if (a.compress_flag || asked_codec) level = a.compress.value_or(kvstore::DefaultZstdLevel(codec));
   const kvstore::PromptCacheLayout layout = to.value_or(same.layout);
   const bool rewrite = transforms || a.integrity || (a.no_integrity && info->has_digests) ||
                        layout != info->layout;
   if (!a.quiet && !a.quantize.empty()) {
     std::fprintf(stderr, "kvtool: note: quantizing to %d bits loses precision\n", transform.bits);
   }
-  if (!a.quiet && (a.dtype == "f16" || a.dtype == "bf16")) {
+  if (!a.quiet && transform.dtype && *transform.dtype != kvstore::DType::kF32) {
     std::fprintf(stderr, "kvtool: note: converting to %s may round values\n", a.dtype.c_str());
   }
   ProgressBar bar("convert", a.quiet);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "apps/common/secret.h"
 #include "apps/kvtool/kvtool.h"
 #include "kvstore/redis_backend.h"
 #include "kvstore/shared_tier_admin.h"
@@ -32,7 +33,7 @@ std::string ShownUrl(const std::string& url) {
 }
 
 kvstore::Result<std::string> SecretOf(const SharedArgs& a) {
-  return kvstore::ResolveSharedSecret(a.secret, a.secret_file);
+  return kvapps::ResolveSharedSecret(a.secret, a.secret_file);
 }
 
 // "tokens 512-768" for a rows chunk, "at 768 tokens" for a snapshot; the

@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include "apps/common/secret.h"
 #include "apps/prompt_cache_sim/processes.h"
 #include "apps/prompt_cache_sim/report.h"
 #include "apps/prompt_cache_sim/server.h"
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
   }
   o.workload.seed = o.seed;
   // Workers get the same flags (or the same environment), so resolve here too.
-  kvstore::Result<std::string> secret = kvstore::ResolveSharedSecret(o.secret, o.secret_file);
+  kvstore::Result<std::string> secret = kvapps::ResolveSharedSecret(o.secret, o.secret_file);
   if (!secret.ok()) return PrintError(secret.status());
   o.secret = *secret;
   sim::Report report;

@@ -26,8 +26,11 @@ Result<std::shared_ptr<Cache>> QuantizeLayer(const std::shared_ptr<Cache>& layer
 Result<std::shared_ptr<Cache>> DequantizeLayer(const std::shared_ptr<Cache>& layer);
 
 // Every floating-point tensor of the layer's state converted to `dtype`
-// (F16, BF16 or F32); integer tensors (packed codes, offsets) unchanged.
+// (F16, BF16 or F32: IsCastLayerDType); integer tensors (packed codes,
+// offsets) unchanged. InvalidArgument for another dtype.
 Result<std::shared_ptr<Cache>> CastLayer(const std::shared_ptr<Cache>& layer, DType dtype);
+// True for the dtypes CastLayer converts to.
+bool IsCastLayerDType(DType dtype);
 
 }  // namespace kvstore
 

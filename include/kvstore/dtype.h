@@ -43,6 +43,12 @@ std::string_view DTypeName(DType dtype);
 // Inverse of DTypeName; nullopt for any other string (exact, case-sensitive).
 std::optional<DType> ParseDType(std::string_view name);
 
+// A dtype as a user names it (kvtool's --dtype, Python's dtype=): DTypeName's
+// spelling in any case ("bf16", "F16") or a NumPy-style name in any case
+// ("float16", "bfloat16", "float32", "float64", "int8" ... "uint64").
+// nullopt for anything else.
+std::optional<DType> ParseDTypeAlias(std::string_view name);
+
 // F16, BF16, F32, F64 (the types Array::AsType converts between).
 bool IsFloating(DType dtype);
 // BOOL, U8..I64.

@@ -24,10 +24,11 @@
 // backend error or timeout is a miss, counted.
 //
 // Inserts are asynchronous by default: Insert copies the cache
-// (copy-on-write, O(layers)) into a bounded queue and returns; a writer
-// thread encodes and stores the chunks not yet there (one pipelined EXISTS,
-// then SET NX in batches). When the queue is full the insert is dropped and
-// counted, so a request thread never waits for the network.
+// (copy-on-write, O(layers)) into a bounded queue and returns; a worker of
+// the library's thread pool encodes and stores the chunks not yet there
+// (one pipelined EXISTS, then SET NX in batches). When the queue is full
+// the insert is dropped and counted, so a request thread never waits for
+// the network.
 //
 // Thread safety: every member may be called from many threads at once.
 #ifndef KVSTORE_SHARED_PROMPT_CACHE_H_
@@ -61,15 +62,16 @@ struct SharedPromptCacheOptions {
   std::string writer_id{};               // recorded in chunks; empty: "<hostname>:<pid>"
   bool async_insert = true;              // false: Insert does the work before returning
   size_t insert_queue_capacity = 16;     // pending inserts beyond the running ones
-  int writer_threads = 1;
+  int writer_threads = 1;                // inserts written at once (each on a pool worker)
   // Value bytes per pipelined call; the next batch is encoded or decoded
   // while a call is in flight.
   size_t max_batch_bytes = size_t{8} << 20;
-  // Threads encoding or decoding the chunks of one call (0: all cores).
-  // They come from one pool the cache starts at Open (codec_threads + 1
-  // workers, shared by all calls); no call starts a thread. When the system
-  // refuses threads the pool runs with fewer, down to none (calls then do
-  // the work themselves).
+  // Threads encoding or decoding the chunks of one call (0: all cores),
+  // the calling thread's included. Like the writers they come from the
+  // library's one thread pool (a worker per core, shared by every cache
+  // and file function in the process); no call starts a thread. When the
+  // system refuses threads the pool runs with fewer, down to none (calls
+  // then do the work themselves).
   int codec_threads = 0;
 };
 

@@ -80,15 +80,6 @@ struct SharedChainInfo {
 Result<std::vector<SharedChainInfo>> ListSharedChains(KvBackend& backend, std::string_view key_prefix,
                                                       std::string_view ns_id, size_t limit = 100000);
 
-// The seal's secret for a command-line tool, never required on argv (where
-// every user sees it through ps): `flag_secret` when given, else the content
-// of `secret_file` ("~" expanded, ExpandUserPath; one trailing newline
-// dropped), else the environment
-// variable KVSTORE_SHARED_SECRET, else "" (no seal). Both flags given, or an
-// empty file: InvalidArgument; an unreadable file: IOError.
-inline constexpr std::string_view kSharedSecretEnv = "KVSTORE_SHARED_SECRET";
-Result<std::string> ResolveSharedSecret(std::string_view flag_secret, const std::string& secret_file);
-
 }  // namespace kvstore
 
 #endif  // KVSTORE_SHARED_TIER_ADMIN_H_

@@ -20,15 +20,16 @@
 // reader refuses that (the magic read as a header length is ~2.2e12), so it
 // is never silently misread.
 //
-// Thread safety: a writer is used by one thread (it runs its own workers);
-// a reader is immutable after Open and may be used from many threads.
+// Thread safety: a writer is used by one thread (it compresses on the
+// library's thread pool); a reader is immutable after Open and may be used
+// from many threads.
 #ifndef KVSTORE_ZSTD_SEEKABLE_H_
 #define KVSTORE_ZSTD_SEEKABLE_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -48,7 +49,15 @@ bool HasSeekTableFooter(std::span<const std::byte> file);
 bool IsBytePlaneContent(std::span<const std::byte> prefix);
 
 enum class ZstdCodec { kZstd, kBytePlane };
-std::string_view ZstdCodecName(ZstdCodec codec);  // "zstd", "zstd-byteplane"
+// The codec's name as files and reports spell it: "zstd", "zstd-byteplane".
+std::string_view ZstdCodecName(ZstdCodec codec);
+// A codec from its name: ZstdCodecName's, or "byteplane" (what kvtool's
+// --codec and Python's codec= take). nullopt for any other string.
+std::optional<ZstdCodec> ParseZstdCodec(std::string_view name);
+// The level a codec writes at when none is asked for: 3 for kZstd, 1 for
+// kBytePlane, which on 16-bit floats is both smaller and faster at level 1
+// than at 3 (docs/performance.md).
+int DefaultZstdLevel(ZstdCodec codec);
 
 // The compression levels the linked libzstd takes (negative levels are
 // faster), and InvalidArgument naming that range for any other level.
@@ -90,37 +99,13 @@ class ZstdSeekableWriter {
   // Ends the last frame and writes the seek table. No Append after Finish.
   Status Finish();
 
-  uint64_t frames() const { return entries_.size(); }
-  uint64_t compressed_bytes() const { return compressed_bytes_; }
-  uint64_t uncompressed_bytes() const { return uncompressed_bytes_; }
+  uint64_t frames() const;
+  uint64_t compressed_bytes() const;
+  uint64_t uncompressed_bytes() const;
 
  private:
-  struct Entry {
-    uint32_t compressed;
-    uint32_t decompressed;
-  };
-  struct Batch;  // frames being compressed in the background
-  // Starts compressing the pending frames in the background and writes the
-  // previous batch meanwhile (compression overlaps the writes).
-  Status FlushPending(bool all);
-  Status WriteBatch(Batch& batch);
-
-  WritableFile* out_;
-  ZstdWriteOptions options_;
-  std::vector<std::byte> current_;
-  bool current_started_ = false;                  // current_ holds a frame being filled
-  uint64_t frames_started_ = 0;
-  std::vector<std::vector<std::byte>> pending_;  // full frames not yet compressed
-  std::vector<bool> pending_split_;              // byte-plane transform per pending frame
-  std::vector<std::vector<std::byte>> spare_;         // input buffers of written frames, for reuse
-  std::vector<std::vector<std::byte>> spare_output_;  // their compressed buffers, likewise
-  std::shared_ptr<Batch> in_flight_;
-  std::future<Status> in_flight_done_;
-  std::vector<Entry> entries_;
-  uint64_t compressed_bytes_ = 0;
-  uint64_t uncompressed_bytes_ = 0;
-  Status status_;
-  bool finished_ = false;
+  struct Impl;  // frames being filled, compressed and written (zstd_seekable.cc)
+  std::unique_ptr<Impl> impl_;
 };
 
 struct ZstdReadLimits {

@@ -46,8 +46,10 @@ Result<std::shared_ptr<Cache>> DequantizeLayer(const std::shared_ptr<Cache>& lay
   return std::shared_ptr<Cache>(plain);
 }
 
+bool IsCastLayerDType(DType dtype) { return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32; }
+
 Result<std::shared_ptr<Cache>> CastLayer(const std::shared_ptr<Cache>& layer, DType dtype) {
-  if (dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kF32) {
+  if (!IsCastLayerDType(dtype)) {
     return Status::InvalidArgument("CastLayer: dtype must be F16, BF16 or F32");
   }
   if (layer->Empty()) return layer;

@@ -4,7 +4,6 @@
 
 #include <cstring>
 #include <string>
-#include <system_error>
 
 #include "libkvstore/codec/byte_plane.h"
 #include "libkvstore/util/parallel.h"
@@ -64,111 +63,20 @@ std::string_view ZstdCodecName(ZstdCodec codec) {
   return codec == ZstdCodec::kBytePlane ? "zstd-byteplane" : "zstd";
 }
 
+std::optional<ZstdCodec> ParseZstdCodec(std::string_view name) {
+  if (name == "zstd") return ZstdCodec::kZstd;
+  if (name == "byteplane" || name == "zstd-byteplane") return ZstdCodec::kBytePlane;
+  return std::nullopt;
+}
+
+int DefaultZstdLevel(ZstdCodec codec) { return codec == ZstdCodec::kBytePlane ? 1 : 3; }
+
 // ---- Writer ----
 
-ZstdSeekableWriter::ZstdSeekableWriter(WritableFile* out, const ZstdWriteOptions& options)
-    : out_(out), options_(options) {
-  if (options_.frame_size == 0 || options_.frame_size > kMaxFrameInput) {
-    options_.frame_size = size_t{4} << 20;
-  }
-  if (options_.threads <= 0) options_.threads = DefaultThreads();
-}
-
-ZstdSeekableWriter::~ZstdSeekableWriter() = default;
-
-Status ZstdSeekableWriter::Append(std::span<const std::byte> data) {
-  if (finished_) return Status::FailedPrecondition("ZstdSeekableWriter: Append after Finish");
-  KV_RETURN_IF_ERROR(status_);
-  while (!data.empty()) {
-    if (!current_started_) {
-      current_started_ = true;
-      if (!spare_.empty()) {  // a buffer of an earlier frame: no allocation
-        current_ = std::move(spare_.back());
-        spare_.pop_back();
-      }
-      current_.clear();
-      current_.reserve(options_.frame_size + kMagicSize);
-      if (options_.codec == ZstdCodec::kBytePlane && frames_started_ == 0) {
-        current_.assign(std::begin(kBytePlaneMagic), std::end(kBytePlaneMagic));
-      }
-      ++frames_started_;
-    }
-    const size_t room = options_.frame_size - std::min(options_.frame_size, current_.size());
-    const size_t take = std::min(room, data.size());
-    current_.insert(current_.end(), data.begin(), data.begin() + take);
-    data = data.subspan(take);
-    uncompressed_bytes_ += take;
-    if (current_.size() >= options_.frame_size) KV_RETURN_IF_ERROR(EndFrame());
-  }
-  return Status::OK();
-}
-
-Status ZstdSeekableWriter::EndFrame() {
-  KV_RETURN_IF_ERROR(status_);
-  if (!current_started_) return Status::OK();
-  // Byte planes apply to every frame but the first (magic and header).
-  pending_split_.push_back(options_.codec == ZstdCodec::kBytePlane && frames_started_ > 1);
-  pending_.push_back(std::move(current_));
-  current_.clear();
-  current_started_ = false;
-  if (pending_.size() >= static_cast<size_t>(options_.threads)) return FlushPending(false);
-  return Status::OK();
-}
-
 namespace {
+
 constexpr size_t kMaxRawBlock = size_t{128} << 10;  // zstd's Block_Maximum_Size
-}  // namespace
 
-std::vector<std::byte> ZstdSeekableWriter::RawFrame(std::span<const std::byte> content) const {
-  std::vector<std::byte> frame_content;
-  if (options_.codec == ZstdCodec::kBytePlane) {
-    frame_content.assign(std::begin(kBytePlaneMagic), std::end(kBytePlaneMagic));
-  }
-  frame_content.insert(frame_content.end(), content.begin(), content.end());
-  // Magic; descriptor: 4-byte content size, single segment, no checksum, no
-  // dictionary; the size; then raw blocks of at most 128 KiB.
-  std::vector<std::byte> out;
-  StoreU32(out, kZstdMagic);
-  out.push_back(std::byte{0xA0});
-  StoreU32(out, static_cast<uint32_t>(frame_content.size()));
-  size_t at = 0;
-  do {
-    const size_t n = std::min(kMaxRawBlock, frame_content.size() - at);
-    const uint32_t last = at + n == frame_content.size() ? 1 : 0;
-    const uint32_t block_header = static_cast<uint32_t>(n << 3) | last;  // type 0: raw
-    for (int i = 0; i < 3; ++i) out.push_back(static_cast<std::byte>((block_header >> (8 * i)) & 0xFF));
-    out.insert(out.end(), frame_content.begin() + static_cast<ptrdiff_t>(at),
-               frame_content.begin() + static_cast<ptrdiff_t>(at + n));
-    at += n;
-  } while (at < frame_content.size());
-  return out;
-}
-
-Status ZstdSeekableWriter::AppendRawFrame(std::span<const std::byte> content) {
-  KV_RETURN_IF_ERROR(status_);
-  if (frames_started_ != 0 || finished_) {
-    return Status::FailedPrecondition("ZstdSeekableWriter: a raw frame must come first");
-  }
-  if (content.size() > kMaxFrameInput) return Status::InvalidArgument("ZstdSeekableWriter: raw frame too large");
-  const std::vector<std::byte> frame = RawFrame(content);
-  const Status s = out_->Append(frame);
-  if (!s.ok()) return status_ = s;
-  ++frames_started_;
-  const uint32_t stored = static_cast<uint32_t>(content.size() + (options_.codec == ZstdCodec::kBytePlane ? kMagicSize : 0));
-  entries_.push_back({static_cast<uint32_t>(frame.size()), stored});
-  compressed_bytes_ += frame.size();
-  uncompressed_bytes_ += content.size();
-  return Status::OK();
-}
-
-struct ZstdSeekableWriter::Batch {
-  std::vector<std::vector<std::byte>> input;
-  std::vector<bool> split;
-  std::vector<std::vector<std::byte>> output;  // compressBound bytes each (reused)
-  std::vector<size_t> output_size;             // bytes of each output in use
-};
-
-namespace {
 // One compression context per thread, reused: creating one per frame costs
 // megabytes of fresh tables (allocation and page faults) each time.
 struct CCtxHolder {
@@ -198,87 +106,231 @@ Status CompressFrame(std::vector<std::byte>& in, bool split, std::vector<std::by
   *size = n;
   return Status::OK();
 }
+
+// Frames compressed together, on the pool, while the previous batch is written.
+struct Batch {
+  std::vector<std::vector<std::byte>> input;
+  std::vector<bool> split;                     // byte-plane transform per frame
+  std::vector<std::vector<std::byte>> output;  // compressBound bytes each (reused)
+  std::vector<size_t> output_size;             // bytes of each output in use
+  Status compressed;                           // when compressed on the writer's thread
+  TaskPool::Pending<Status> compressing;       // when compressed on the pool
+
+  Status Compress(int threads, int level) {
+    return ParallelFor(input.size(), threads, [&](size_t i) {
+      return CompressFrame(input[i], split[i], output[i], &output_size[i], level);
+    });
+  }
+  Status Wait() { return compressing.valid() ? compressing.Get() : compressed; }
+};
+
 }  // namespace
 
-Status ZstdSeekableWriter::WriteBatch(Batch& batch) {
-  for (size_t i = 0; i < batch.input.size(); ++i) {
-    const std::span<const std::byte> frame(batch.output[i].data(), batch.output_size[i]);
-    Status a = out_->Append(frame);
-    if (!a.ok()) return status_ = a;
-    entries_.push_back({static_cast<uint32_t>(frame.size()), static_cast<uint32_t>(batch.input[i].size())});
-    compressed_bytes_ += frame.size();
+struct ZstdSeekableWriter::Impl {
+  struct Entry {
+    uint32_t compressed;
+    uint32_t decompressed;
+  };
+
+  Impl(WritableFile* file, const ZstdWriteOptions& o) : out(file), options(o) {}
+  Status EndFrame();
+  // Starts compressing the pending frames in the background and writes the
+  // previous batch meanwhile (compression overlaps the writes).
+  Status FlushPending(bool all);
+  Status WriteBatch(Batch& batch);
+  std::vector<std::byte> RawFrame(std::span<const std::byte> content) const;
+
+  WritableFile* out;
+  ZstdWriteOptions options;
+  std::vector<std::byte> current;
+  bool current_started = false;  // current holds a frame being filled
+  uint64_t frames_started = 0;
+  std::vector<std::vector<std::byte>> pending;        // full frames not yet compressed
+  std::vector<bool> pending_split;                    // byte-plane transform per pending frame
+  std::vector<std::vector<std::byte>> spare;          // input buffers of written frames, for reuse
+  std::vector<std::vector<std::byte>> spare_output;   // their compressed buffers, likewise
+  std::shared_ptr<Batch> in_flight;
+  std::vector<Entry> entries;
+  uint64_t compressed_bytes = 0;
+  uint64_t uncompressed_bytes = 0;
+  Status status;
+  bool finished = false;
+};
+
+ZstdSeekableWriter::ZstdSeekableWriter(WritableFile* out, const ZstdWriteOptions& options)
+    : impl_(std::make_unique<Impl>(out, options)) {
+  ZstdWriteOptions& o = impl_->options;
+  if (o.frame_size == 0 || o.frame_size > kMaxFrameInput) o.frame_size = size_t{4} << 20;
+  if (o.threads <= 0) o.threads = DefaultThreads();
+}
+
+ZstdSeekableWriter::~ZstdSeekableWriter() = default;
+
+uint64_t ZstdSeekableWriter::frames() const { return impl_->entries.size(); }
+uint64_t ZstdSeekableWriter::compressed_bytes() const { return impl_->compressed_bytes; }
+uint64_t ZstdSeekableWriter::uncompressed_bytes() const { return impl_->uncompressed_bytes; }
+
+Status ZstdSeekableWriter::Append(std::span<const std::byte> data) {
+  Impl& w = *impl_;
+  if (w.finished) return Status::FailedPrecondition("ZstdSeekableWriter: Append after Finish");
+  KV_RETURN_IF_ERROR(w.status);
+  while (!data.empty()) {
+    if (!w.current_started) {
+      w.current_started = true;
+      if (!w.spare.empty()) {  // a buffer of an earlier frame: no allocation
+        w.current = std::move(w.spare.back());
+        w.spare.pop_back();
+      }
+      w.current.clear();
+      w.current.reserve(w.options.frame_size + kMagicSize);
+      if (w.options.codec == ZstdCodec::kBytePlane && w.frames_started == 0) {
+        w.current.assign(std::begin(kBytePlaneMagic), std::end(kBytePlaneMagic));
+      }
+      ++w.frames_started;
+    }
+    const size_t room = w.options.frame_size - std::min(w.options.frame_size, w.current.size());
+    const size_t take = std::min(room, data.size());
+    w.current.insert(w.current.end(), data.begin(), data.begin() + take);
+    data = data.subspan(take);
+    w.uncompressed_bytes += take;
+    if (w.current.size() >= w.options.frame_size) KV_RETURN_IF_ERROR(w.EndFrame());
   }
   return Status::OK();
 }
 
-Status ZstdSeekableWriter::FlushPending(bool all) {
+Status ZstdSeekableWriter::EndFrame() { return impl_->EndFrame(); }
+
+Status ZstdSeekableWriter::Impl::EndFrame() {
+  KV_RETURN_IF_ERROR(status);
+  if (!current_started) return Status::OK();
+  // Byte planes apply to every frame but the first (magic and header).
+  pending_split.push_back(options.codec == ZstdCodec::kBytePlane && frames_started > 1);
+  pending.push_back(std::move(current));
+  current.clear();
+  current_started = false;
+  if (pending.size() >= static_cast<size_t>(options.threads)) return FlushPending(false);
+  return Status::OK();
+}
+
+std::vector<std::byte> ZstdSeekableWriter::RawFrame(std::span<const std::byte> content) const {
+  return impl_->RawFrame(content);
+}
+
+std::vector<std::byte> ZstdSeekableWriter::Impl::RawFrame(std::span<const std::byte> content) const {
+  std::vector<std::byte> frame_content;
+  if (options.codec == ZstdCodec::kBytePlane) {
+    frame_content.assign(std::begin(kBytePlaneMagic), std::end(kBytePlaneMagic));
+  }
+  frame_content.insert(frame_content.end(), content.begin(), content.end());
+  // Magic; descriptor: 4-byte content size, single segment, no checksum, no
+  // dictionary; the size; then raw blocks of at most 128 KiB.
+  std::vector<std::byte> frame;
+  StoreU32(frame, kZstdMagic);
+  frame.push_back(std::byte{0xA0});
+  StoreU32(frame, static_cast<uint32_t>(frame_content.size()));
+  size_t at = 0;
+  do {
+    const size_t n = std::min(kMaxRawBlock, frame_content.size() - at);
+    const uint32_t last = at + n == frame_content.size() ? 1 : 0;
+    const uint32_t block_header = static_cast<uint32_t>(n << 3) | last;  // type 0: raw
+    for (int i = 0; i < 3; ++i) frame.push_back(static_cast<std::byte>((block_header >> (8 * i)) & 0xFF));
+    frame.insert(frame.end(), frame_content.begin() + static_cast<ptrdiff_t>(at),
+                 frame_content.begin() + static_cast<ptrdiff_t>(at + n));
+    at += n;
+  } while (at < frame_content.size());
+  return frame;
+}
+
+Status ZstdSeekableWriter::AppendRawFrame(std::span<const std::byte> content) {
+  Impl& w = *impl_;
+  KV_RETURN_IF_ERROR(w.status);
+  if (w.frames_started != 0 || w.finished) {
+    return Status::FailedPrecondition("ZstdSeekableWriter: a raw frame must come first");
+  }
+  if (content.size() > kMaxFrameInput) return Status::InvalidArgument("ZstdSeekableWriter: raw frame too large");
+  const std::vector<std::byte> frame = w.RawFrame(content);
+  const Status s = w.out->Append(frame);
+  if (!s.ok()) return w.status = s;
+  ++w.frames_started;
+  const uint32_t stored = static_cast<uint32_t>(content.size() + (w.options.codec == ZstdCodec::kBytePlane ? kMagicSize : 0));
+  w.entries.push_back({static_cast<uint32_t>(frame.size()), stored});
+  w.compressed_bytes += frame.size();
+  w.uncompressed_bytes += content.size();
+  return Status::OK();
+}
+
+Status ZstdSeekableWriter::Impl::WriteBatch(Batch& batch) {
+  for (size_t i = 0; i < batch.input.size(); ++i) {
+    const std::span<const std::byte> frame(batch.output[i].data(), batch.output_size[i]);
+    Status a = out->Append(frame);
+    if (!a.ok()) return status = a;
+    entries.push_back({static_cast<uint32_t>(frame.size()), static_cast<uint32_t>(batch.input[i].size())});
+    compressed_bytes += frame.size();
+  }
+  return Status::OK();
+}
+
+Status ZstdSeekableWriter::Impl::FlushPending(bool all) {
   std::shared_ptr<Batch> next;
-  std::future<Status> next_done;
-  if (!pending_.empty()) {
+  if (!pending.empty()) {
     next = std::make_shared<Batch>();
-    next->input = std::move(pending_);
-    next->split = std::move(pending_split_);
-    pending_.clear();
-    pending_split_.clear();
+    next->input = std::move(pending);
+    next->split = std::move(pending_split);
+    pending.clear();
+    pending_split.clear();
     next->output.resize(next->input.size());
     next->output_size.resize(next->input.size());
     for (auto& o : next->output) {
-      if (spare_output_.empty()) break;
-      o = std::move(spare_output_.back());
-      spare_output_.pop_back();
+      if (spare_output.empty()) break;
+      o = std::move(spare_output.back());
+      spare_output.pop_back();
     }
-    const int threads = options_.threads, level = options_.level;
-    auto compress = [next, threads, level] {
-      return ParallelFor(next->input.size(), threads,
-                         [&](size_t i) {
-                           return CompressFrame(next->input[i], next->split[i], next->output[i],
-                                                &next->output_size[i], level);
-                         });
-    };
-    // With one thread, or when no thread can start, the batch is
-    // compressed when it is awaited.
-    try {
-      next_done = std::async(threads == 1 ? std::launch::deferred : std::launch::async, compress);
-    } catch (const std::system_error&) {
-      next_done = std::async(std::launch::deferred, compress);
+    const int threads = options.threads, level = options.level;
+    if (threads == 1) {
+      next->compressed = next->Compress(1, level);  // no overlap asked for
+    } else {
+      // On a worker, or on this thread when it waits if none has started it.
+      next->compressing = TaskPool::Shared().Submit<Status>([batch = next.get(), threads, level] {
+        return batch->Compress(threads, level);
+      });
     }
   }
   // Write the previous batch while the next one compresses.
-  if (in_flight_) {
-    Status s = in_flight_done_.get();
-    if (s.ok()) s = WriteBatch(*in_flight_);
-    for (auto& b : in_flight_->input) spare_.push_back(std::move(b));
-    for (auto& b : in_flight_->output) spare_output_.push_back(std::move(b));
-    in_flight_.reset();
+  if (in_flight) {
+    Status s = in_flight->Wait();
+    if (s.ok()) s = WriteBatch(*in_flight);
+    for (auto& b : in_flight->input) spare.push_back(std::move(b));
+    for (auto& b : in_flight->output) spare_output.push_back(std::move(b));
+    in_flight.reset();
     if (!s.ok()) {
-      if (next) (void)next_done.get();
-      return status_ = s;
+      if (next) (void)next->Wait();
+      return status = s;
     }
   }
-  in_flight_ = std::move(next);
-  if (in_flight_) in_flight_done_ = std::move(next_done);
-  if (all && in_flight_) return FlushPending(false);  // drain: nothing pending now
+  in_flight = std::move(next);
+  if (all && in_flight) return FlushPending(false);  // drain: nothing pending now
   return Status::OK();
 }
 
 Status ZstdSeekableWriter::Finish() {
-  if (finished_) return Status::FailedPrecondition("ZstdSeekableWriter: Finish twice");
-  KV_RETURN_IF_ERROR(EndFrame());
-  KV_RETURN_IF_ERROR(FlushPending(true));
-  finished_ = true;
-  if (in_flight_) return Status::Internal("zstd writer: a batch is still in flight");
+  Impl& w = *impl_;
+  if (w.finished) return Status::FailedPrecondition("ZstdSeekableWriter: Finish twice");
+  KV_RETURN_IF_ERROR(w.EndFrame());
+  KV_RETURN_IF_ERROR(w.FlushPending(true));
+  w.finished = true;
+  if (w.in_flight) return Status::Internal("zstd writer: a batch is still in flight");
   std::vector<std::byte> table;
   StoreU32(table, kSkippableMagic);
-  StoreU32(table, static_cast<uint32_t>(entries_.size() * kEntrySize + kFooterSize));
-  for (const Entry& e : entries_) {
+  StoreU32(table, static_cast<uint32_t>(w.entries.size() * kEntrySize + kFooterSize));
+  for (const Impl::Entry& e : w.entries) {
     StoreU32(table, e.compressed);
     StoreU32(table, e.decompressed);
   }
-  StoreU32(table, static_cast<uint32_t>(entries_.size()));
+  StoreU32(table, static_cast<uint32_t>(w.entries.size()));
   table.push_back(std::byte{0});  // descriptor: no per-frame checksums in the table
   StoreU32(table, kSeekableMagic);
-  compressed_bytes_ += table.size();
-  return status_ = out_->Append(table);
+  w.compressed_bytes += table.size();
+  return w.status = w.out->Append(table);
 }
 
 // ---- Reader ----

@@ -1,78 +1,56 @@
 #include "libkvstore/format/hash_pipeline.h"
 
-#include <system_error>
-
-#include "libkvstore/util/parallel.h"
-
 namespace kvstore {
 
 HashPipeline::HashPipeline(int threads, uint64_t max_pending_bytes) : max_pending_bytes_(max_pending_bytes) {
   if (threads <= 0) threads = DefaultThreads();
-  // One thread is the caller's: it hashes as it submits (no worker to start).
-  for (int i = 0; threads > 1 && i < threads; ++i) {
-    try {
-      workers_.emplace_back([this] { Work(); });
-    } catch (const std::system_error&) {
-      break;  // fewer workers; with none, Submit hashes inline
-    }
-  }
+  // One thread is the caller's: it hashes as it submits.
+  if (threads > 1) queue_.emplace(TaskPool::Shared(), TaskQueue::Options{.concurrency = threads});
 }
 
-HashPipeline::~HashPipeline() {
+void HashPipeline::Hash(size_t id, Array array) {
+  const uint64_t bytes = array.nbytes();
+  const Sha256Digest d = Sha256(array);
+  array = Array();  // released before the room it frees is reported
   {
     std::lock_guard<std::mutex> lock(mu_);
-    closing_ = true;
+    digests_[id] = d;
+    pending_bytes_ -= bytes;
   }
-  work_ready_.notify_all();
-  for (std::thread& t : workers_) {
-    if (t.joinable()) t.join();
-  }
+  hashed_.notify_all();
 }
 
 void HashPipeline::Submit(size_t id, Array array) {
   const uint64_t bytes = array.nbytes();
-  if (workers_.empty()) {
-    if (digests_.size() <= id) digests_.resize(id + 1);
-    digests_[id] = Sha256(array);
-    return;
-  }
   std::unique_lock<std::mutex> lock(mu_);
-  // One item larger than the budget still goes through, alone.
-  room_.wait(lock, [&] { return pending_bytes_ == 0 || pending_bytes_ + bytes <= max_pending_bytes_; });
-  pending_bytes_ += bytes;
   if (digests_.size() <= id) digests_.resize(id + 1);
-  queue_.push_back(Job{id, std::move(array)});
-  lock.unlock();
-  work_ready_.notify_one();
-}
-
-void HashPipeline::Work() {
-  while (true) {
-    std::unique_lock<std::mutex> lock(mu_);
-    work_ready_.wait(lock, [&] { return closing_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // closing and drained
-    Job job = std::move(queue_.front());
-    queue_.pop_front();
+  pending_bytes_ += bytes;
+  if (!queue_) {
     lock.unlock();
-    const Sha256Digest d = Sha256(job.array);
-    const uint64_t bytes = job.array.nbytes();
-    job.array = Array();  // release before reporting room
-    lock.lock();
-    digests_[job.id] = d;
-    pending_bytes_ -= bytes;
-    lock.unlock();
-    room_.notify_all();
+    return Hash(id, std::move(array));
   }
+  // Over the budget (one item larger than it still goes through, alone):
+  // hash queued items here, or wait for the ones being hashed.
+  auto over = [&] { return pending_bytes_ > bytes && pending_bytes_ > max_pending_bytes_; };
+  while (over()) {
+    lock.unlock();
+    const bool ran = queue_->RunOne();
+    lock.lock();
+    if (!ran && over()) {
+      const uint64_t before = pending_bytes_;
+      hashed_.wait(lock, [&] { return pending_bytes_ < before; });
+    }
+  }
+  lock.unlock();
+  (void)queue_->TryPush([this, id, array = std::move(array)]() mutable { Hash(id, std::move(array)); });
 }
 
 std::vector<Sha256Digest> HashPipeline::Finish() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closing_ = true;
+  if (queue_) {
+    while (queue_->RunOne()) {
+    }
+    queue_->Flush();
   }
-  work_ready_.notify_all();
-  for (std::thread& t : workers_) t.join();
-  workers_.clear();
   return std::move(digests_);
 }
 

@@ -7,7 +7,6 @@
 #include "kvstore/zstd_seekable.h"
 #include "libkvstore/cache/cache_leaves.h"
 #include "libkvstore/shared_tier/shared_tier.h"
-#include "libkvstore/util/parallel.h"
 
 namespace kvstore {
 namespace {
@@ -80,35 +79,10 @@ void SharedPromptCache::Impl::RefusedOtherType(const std::string& key) {
           Status::Corruption("shared tier: " + key + ": holds another type than a byte string"));
 }
 
-void SharedPromptCache::Impl::WriterLoop() {
-  while (true) {
-    std::unique_lock<std::mutex> l(queue_mu);
-    queue_cv.wait(l, [&] { return closing || !queue.empty(); });
-    if (queue.empty()) return;
-    InsertJob job = std::move(queue.front());
-    queue.pop_front();
-    ++running;
-    l.unlock();
-    if (!Write(job).ok()) Add(&Stats::insert_errors);
-    job = InsertJob();  // release the copies before reporting progress
-    l.lock();
-    --running;
-    l.unlock();
-    queue_cv.notify_all();
-  }
-}
-
 SharedPromptCache::SharedPromptCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 SharedPromptCache::~SharedPromptCache() {
-  {
-    std::lock_guard<std::mutex> l(impl_->queue_mu);
-    impl_->closing = true;
-    impl_->Add(&Stats::inserts_dropped, static_cast<int64_t>(impl_->queue.size()));
-    impl_->queue.clear();
-  }
-  impl_->queue_cv.notify_all();
-  for (std::thread& t : impl_->writers) t.join();
+  if (impl_->inserts) impl_->Add(&Stats::inserts_dropped, static_cast<int64_t>(impl_->inserts->Close()));
 }
 
 Status SharedPromptCache::CheckOptions(const SharedPromptCacheOptions& options) {
@@ -128,23 +102,14 @@ Result<std::unique_ptr<SharedPromptCache>> SharedPromptCache::Open(SharedPromptC
   if (options.writer_id.empty()) options.writer_id = DefaultWriterId();
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
-  // One worker per codec thread, and one more for the backend call that
-  // overlaps the coding; fewer if the system refuses (then calls run inline).
-  const int codec = impl->options.codec_threads > 0 ? impl->options.codec_threads : DefaultThreads();
-  impl->pool = std::make_unique<TaskPool>(codec + 1);
-  auto cache = std::unique_ptr<SharedPromptCache>(new SharedPromptCache(std::move(impl)));
-  if (cache->impl_->options.async_insert) {
-    Impl* p = cache->impl_.get();
-    for (int i = 0; i < p->options.writer_threads; ++i) {
-      try {
-        p->writers.emplace_back([p] { p->WriterLoop(); });
-      } catch (const std::system_error& e) {
-        if (!p->writers.empty()) break;  // fewer writers
-        return Status::ResourceExhausted(std::string("shared tier: cannot start a writer thread: ") + e.what());
-      }
+  if (impl->options.async_insert) {
+    if (impl->pool->StartWorkers(1) == 0) {
+      return Status::ResourceExhausted("shared tier: cannot start a writer thread");
     }
+    impl->inserts.emplace(*impl->pool, TaskQueue::Options{.capacity = impl->options.insert_queue_capacity,
+                                                          .concurrency = impl->options.writer_threads});
   }
-  return cache;
+  return std::unique_ptr<SharedPromptCache>(new SharedPromptCache(std::move(impl)));
 }
 
 Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Fetch(const ModelFingerprint& model,
@@ -192,21 +157,17 @@ Status SharedPromptCache::Insert(const ModelFingerprint& model, std::span<const 
     if (!s.ok()) impl_->Add(&Stats::insert_errors);
     return s;
   }
-  {
-    std::lock_guard<std::mutex> l(impl_->queue_mu);
-    if (impl_->closing || impl_->queue.size() >= impl_->options.insert_queue_capacity) {
-      impl_->Add(&Stats::inserts_dropped);
-      return Status::OK();
-    }
-    impl_->queue.push_back(std::move(job));
+  Impl* impl = impl_.get();
+  if (!impl->inserts->TryPush([impl, job = std::move(job)] {
+        if (!impl->Write(job).ok()) impl->Add(&Stats::insert_errors);
+      })) {
+    impl->Add(&Stats::inserts_dropped);
   }
-  impl_->queue_cv.notify_all();
   return Status::OK();
 }
 
 void SharedPromptCache::Flush() {
-  std::unique_lock<std::mutex> l(impl_->queue_mu);
-  impl_->queue_cv.wait(l, [&] { return impl_->queue.empty() && impl_->running == 0; });
+  if (impl_->inserts) impl_->inserts->Flush();
 }
 
 SharedPromptCache::Stats SharedPromptCache::stats() const {

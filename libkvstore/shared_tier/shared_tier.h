@@ -4,11 +4,9 @@
 #define KVSTORE_LIBKVSTORE_SHARED_TIER_SHARED_TIER_H_
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
-#include <thread>
+#include <optional>
 #include <vector>
 
 #include "kvstore/shared_prompt_cache.h"
@@ -16,6 +14,7 @@
 #include "libkvstore/shared_tier/chunk_keys.h"
 #include "libkvstore/shared_tier/chunk_layout.h"
 #include "libkvstore/util/task_pool.h"
+#include "libkvstore/util/task_queue.h"
 
 namespace kvstore {
 
@@ -62,9 +61,9 @@ struct SharedPromptCache::Impl {
   SharedPromptCacheOptions options;
   // The seal's secret, empty for none (Open refuses an empty one).
   std::string_view secret() const { return options.secret ? std::string_view(*options.secret) : std::string_view(); }
-  // Encodes, decodes and overlaps backend calls for every fetch and insert:
-  // no call starts a thread of its own.
-  std::unique_ptr<TaskPool> pool;
+  // Encodes, decodes and overlaps backend calls for every fetch and insert
+  // (the library's shared pool): no call starts a thread of its own.
+  TaskPool* pool = &TaskPool::Shared();
 
   mutable std::mutex stats_mu;
   Stats stats;
@@ -77,14 +76,9 @@ struct SharedPromptCache::Impl {
   std::map<std::string, std::shared_ptr<const SharedNamespace>> namespaces;  // by fingerprint digest
   std::shared_ptr<const SharedNamespace> NamespaceFor(const ModelFingerprint& model);
 
-  // The insert queue and its writer threads.
-  std::mutex queue_mu;
-  std::condition_variable queue_cv;
-  std::deque<InsertJob> queue;
-  int running = 0;  // jobs being written
-  bool closing = false;
-  std::vector<std::thread> writers;
-  void WriterLoop();
+  // Asynchronous inserts: written on the pool by up to writer_threads
+  // workers at once. Last, so that it is closed before the rest goes.
+  std::optional<TaskQueue> inserts;
 
   // shared_fetch.cc
   Result<std::optional<Hit>> Fetch(const SharedNamespace& ns, std::span<const int32_t> tokens, int64_t min_tokens);

@@ -1,6 +1,9 @@
 #include "kvstore/dtype.h"
 
 #include <array>
+#include <cctype>
+#include <string>
+#include <utility>
 
 namespace kvstore {
 namespace {
@@ -44,6 +47,20 @@ std::optional<DType> ParseDType(std::string_view name) {
     if (kDTypeTable[static_cast<size_t>(i)].name == name) return static_cast<DType>(i);
   }
   return std::nullopt;
+}
+
+std::optional<DType> ParseDTypeAlias(std::string_view name) {
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static constexpr std::pair<std::string_view, DType> kAliases[] = {
+      {"BFLOAT16", DType::kBF16}, {"FLOAT16", DType::kF16}, {"FLOAT32", DType::kF32},
+      {"FLOAT64", DType::kF64},   {"INT8", DType::kI8},     {"UINT8", DType::kU8},
+      {"INT16", DType::kI16},     {"UINT16", DType::kU16},  {"INT32", DType::kI32},
+      {"UINT32", DType::kU32},    {"INT64", DType::kI64},   {"UINT64", DType::kU64}};
+  for (const auto& [alias, dtype] : kAliases) {
+    if (upper == alias) return dtype;
+  }
+  return ParseDType(upper);
 }
 
 bool IsFloating(DType dtype) {

@@ -34,10 +34,11 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
   impl->dir = dir;
   impl->options = options;
   impl->lock = std::move(lock).value();
-  if (report == nullptr) impl->indexer = std::make_unique<TaskPool>(1);
-  if (impl->indexer != nullptr && impl->indexer->workers() == 1) {
+  // Indexed on a worker of the library's pool (its workers start lazily:
+  // ask for one), so Open returns at once.
+  if (report == nullptr && TaskPool::Shared().StartWorkers(1) >= 1) {
     Impl* p = impl.get();
-    impl->indexing = impl->indexer->Submit<Status>([p] { return p->IndexDirectory(); });
+    impl->indexing = TaskPool::Shared().Submit<Status>([p] { return p->IndexDirectory(); });
   } else {
     // No thread to index on, or the caller wants the report: index now.
     KV_RETURN_IF_ERROR(impl->IndexDirectory());

@@ -55,12 +55,11 @@ struct PromptCacheStore::Impl {
   std::unique_ptr<WritableFile> manifest;  // append-only log; null until the indexer has rewritten it
   std::atomic<uint64_t> next_staged{0};    // names Put's temp files
 
-  // Indexing the directory (prompt_cache_store_index.cc), on `indexer`'s
-  // worker after Open (or within Open when no thread starts or a report
-  // is wanted). Until `indexed`, eviction waits (the index does not hold
+  // Indexing the directory (prompt_cache_store_index.cc), on a worker of
+  // TaskPool::Shared() after Open (or within Open when no thread starts or
+  // a report is wanted). Until `indexed`, eviction waits (the index does not hold
   // every file yet) and a fetch first finds the prompt's prefixes by their
   // file names.
-  std::unique_ptr<TaskPool> indexer;
   TaskPool::Pending<Status> indexing;
   std::atomic<bool> closing{false};  // the store is being destroyed: stop indexing
   bool indexed = false;

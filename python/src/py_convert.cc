@@ -72,7 +72,7 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
   if (gpu_rounding) transform.rounding = QuantizeOptions::Rounding::kGpu;
   if (dtype) {
     const DType d = ParseDTypeName(*dtype);
-    if (d != DType::kF16 && d != DType::kBF16 && d != DType::kF32) ThrowInvalid("dtype must be F16, BF16 or F32");
+    if (!IsCastLayerDType(d)) ThrowInvalid("dtype must be F16, BF16 or F32");
     transform.dtype = d;
   }
   // Plain values with flags: GCC 12 misreports optional enums as uninitialised.
@@ -100,7 +100,7 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
       const ZstdCodec out_codec = codec_asked ? codec_value : same.codec;
       std::optional<int> level = decompress ? std::nullopt : same.compression_level;
       if (level_asked) level = level_asked;
-      if (default_level) level = DefaultLevel(out_codec);
+      if (default_level) level = DefaultZstdLevel(out_codec);
       const PromptCacheLayout out_layout = layout_asked ? to : same.layout;
       const bool rewrite = transform.any() || integrity.value_or(false) ||
                            (integrity.has_value() && !*integrity && info.has_digests) || out_layout != info.layout;

@@ -208,18 +208,15 @@ PromptCacheLayout ParseLayoutName(const std::string& name) {
 }
 
 ZstdCodec ParseCodecName(const std::string& name) {
-  if (name == "zstd") return ZstdCodec::kZstd;
-  if (name == "byteplane") return ZstdCodec::kBytePlane;
+  if (std::optional<ZstdCodec> codec = ParseZstdCodec(name)) return *codec;
   ThrowInvalid("codec must be \"zstd\" or \"byteplane\", got \"" + name + "\"");
 }
-
-int DefaultLevel(ZstdCodec codec) { return codec == ZstdCodec::kBytePlane ? 1 : 3; }
 
 std::optional<int> ParseCompression(py::handle compress, ZstdCodec codec) {
   if (compress.is_none()) return std::nullopt;
   if (py::isinstance<py::bool_>(compress)) {
     if (!compress.cast<bool>()) return std::nullopt;
-    return DefaultLevel(codec);
+    return DefaultZstdLevel(codec);
   }
   if (py::isinstance<py::int_>(compress)) {
     const ZstdLevelRange levels = ZstdLevels();

@@ -27,10 +27,8 @@ PromptCacheLayout ParseLayoutName(const std::string& name);
 
 // compress: None/False = plain, True = the codec's default level, int = level.
 std::optional<int> ParseCompression(pybind11::handle compress, ZstdCodec codec);
+// ParseZstdCodec, InvalidArgumentError for a name it does not know.
 ZstdCodec ParseCodecName(const std::string& name);
-// The level compression gets when none is given: 3 for zstd, 1 for byte
-// planes (better ratio and faster on 16-bit floats, docs/performance.md).
-int DefaultLevel(ZstdCodec codec);
 
 void RegisterFileApi(pybind11::module_& m);
 void RegisterConvertApi(pybind11::module_& m);

@@ -122,8 +122,9 @@ void RegisterSharedTier(py::module_& m) {
       .def("stats", &PySharedTier::Stats)
       .def("close", &PySharedTier::Close)
       .def("__repr__", &PySharedTier::Describe);
-  // Where the seal's secret comes from when none is given, as for kvtool and prompt_cache_sim.
-  m.attr("SHARED_SECRET_ENV") = std::string(kSharedSecretEnv);
+  // Where the seal's secret comes from when none is given, as for kvtool and
+  // prompt_cache_sim (apps/common/secret.h).
+  m.attr("SHARED_SECRET_ENV") = "KVSTORE_SHARED_SECRET";
 }
 
 }  // namespace kvstore::python

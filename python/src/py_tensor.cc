@@ -115,17 +115,7 @@ py::capsule TensorDLPack(const PyTensor& t, const py::object& /*stream*/, const 
 }  // namespace
 
 DType ParseDTypeName(std::string_view name) {
-  std::string upper(name);
-  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
-  static const std::pair<const char*, DType> kAliases[] = {
-      {"BFLOAT16", DType::kBF16}, {"FLOAT16", DType::kF16}, {"FLOAT32", DType::kF32},
-      {"FLOAT64", DType::kF64},   {"INT8", DType::kI8},     {"UINT8", DType::kU8},
-      {"INT16", DType::kI16},     {"UINT16", DType::kU16},  {"INT32", DType::kI32},
-      {"UINT32", DType::kU32},    {"INT64", DType::kI64},   {"UINT64", DType::kU64}};
-  for (const auto& [alias, dtype] : kAliases) {
-    if (upper == alias) return dtype;
-  }
-  if (auto parsed = ParseDType(upper)) return *parsed;
+  if (std::optional<DType> dtype = ParseDTypeAlias(name)) return *dtype;
   ThrowInvalid("unknown dtype '" + std::string(name) + "'");
 }
 

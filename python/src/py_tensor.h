@@ -35,7 +35,8 @@ class PyTensor {
   Array array_;
 };
 
-// "BF16", "bf16", "bfloat16", "float16", ... -> DType; InvalidArgumentError otherwise.
+// ParseDTypeAlias ("BF16", "bf16", "bfloat16", ...), InvalidArgumentError
+// for a name it does not know.
 DType ParseDTypeName(std::string_view name);
 
 // A Python array object as an Array. `as` reinterprets the elements (same

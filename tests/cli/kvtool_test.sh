@@ -146,6 +146,10 @@ expect_exit 0 "loses precision" -- convert "$f16" -o "$tmp/q.safetensors" --quan
 expect_exit 0 "" -- convert "$tmp/q.safetensors" -o "$tmp/dq.safetensors" --dequantize --dtype f32 -q
 "$kvtool" inspect --json "$tmp/dq.safetensors" | grep '"dtype": "F32"' > /dev/null || fail "--dequantize --dtype f32"
 expect_exit 1 "--quantize takes" -- convert "$f16" -o "$tmp/bad.safetensors" --quantize 7
+# --dtype takes any spelling the library knows (kvstore::ParseDTypeAlias), of the dtypes a cast writes.
+expect_exit 0 "may round values" -- convert "$f16" -o "$tmp/bf.safetensors" --dtype bfloat16
+"$kvtool" inspect --json "$tmp/bf.safetensors" | grep '"dtype": "BF16"' > /dev/null || fail "--dtype bfloat16"
+expect_exit 1 "--dtype must be f16, bf16 or f32" -- convert "$f16" -o "$tmp/bad.safetensors" --dtype f64
 
 # mlx-lm -> mlx-swift-lm -> mlx-lm keeps every tensor byte (diff --max-error 0
 # compares values; identical layers are reported as such).
@@ -198,6 +202,10 @@ expect_exit 0 "" -- convert "$f16" -o "$tmp/bp.safetensors" --compress --codec b
 "$kvtool" inspect "$tmp/bp.safetensors" | grep "safetensors+zstd-byteplane" > /dev/null || fail "byteplane inspect"
 expect_exit 0 "" -- convert "$tmp/bp.safetensors" -o "$tmp/bp.plain" --decompress -q
 cmp "$f16" "$tmp/bp.plain" || fail "byteplane round trip is not byte-identical"
+# The codec's name as inspect prints it is a --codec too (kvstore::ParseZstdCodec), at the same default level.
+expect_exit 0 "" -- convert "$f16" -o "$tmp/bp2.safetensors" --codec zstd-byteplane -q
+cmp "$tmp/bp.safetensors" "$tmp/bp2.safetensors" || fail "--codec zstd-byteplane differs from --codec byteplane"
+expect_exit 1 "--codec must be zstd or byteplane" -- convert "$f16" -o "$tmp/bad.safetensors" --codec lz4
 if command -v zstd >/dev/null; then
   zstd -q -d -c "$tmp/bp.safetensors" > "$tmp/bp.zstd-d"
   [[ $(head -c 4 "$tmp/bp.zstd-d") == KVBP ]] || fail "zstd -d of a byteplane file does not start with its magic"
