@@ -43,6 +43,7 @@
 
 #include "kvstore/cache.h"
 #include "kvstore/model_fingerprint.h"
+#include "kvstore/prompt_cache_metrics.h"
 #include "kvstore/prompt_cache_store.h"
 #include "kvstore/shared_prompt_cache.h"
 
@@ -56,9 +57,6 @@ struct ServerPromptCacheOptions {
   PromptCacheStore* disk = nullptr;     // optional disk tier; not owned, must outlive the cache
   SharedPromptCache* shared = nullptr;  // optional shared tier; not owned, must outlive the cache
 };
-
-enum class PromptCacheTier { kMemory, kDisk, kShared };
-std::string_view PromptCacheTierName(PromptCacheTier tier);  // "memory", "disk", "shared"
 
 class ServerPromptCache {
  public:

@@ -8,15 +8,6 @@
 
 namespace kvstore {
 
-std::string_view PromptCacheTierName(PromptCacheTier tier) {
-  switch (tier) {
-    case PromptCacheTier::kMemory: return "memory";
-    case PromptCacheTier::kDisk: return "disk";
-    case PromptCacheTier::kShared: return "shared";
-  }
-  return "unknown";
-}
-
 // A cache some tier holds for the query: `length` tokens, of which the
 // first `usable` may be reused (fewer when it is longer than the query).
 struct ServerPromptCache::Candidate {
