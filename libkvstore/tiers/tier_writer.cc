@@ -1,9 +1,42 @@
 #include "libkvstore/tiers/tier_writer.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <exception>
+#include <optional>
 #include <utility>
 
 namespace kvstore {
+namespace {
+
+// Lowers the calling thread's CPU priority for its lifetime (Linux: nice
+// is per thread), so that a background write never takes a core from a
+// request thread; restored afterwards, as the worker may serve others.
+class BackgroundPriority {
+ public:
+  BackgroundPriority() : tid_(static_cast<id_t>(syscall(SYS_gettid))) {
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, tid_);
+    if (errno != 0) return;
+    if (setpriority(PRIO_PROCESS, tid_, std::min(now + kLower, 19)) == 0) old_ = now;
+  }
+  ~BackgroundPriority() {
+    if (old_) (void)setpriority(PRIO_PROCESS, tid_, *old_);  // lowering back may need privileges: best effort
+  }
+  BackgroundPriority(const BackgroundPriority&) = delete;
+  BackgroundPriority& operator=(const BackgroundPriority&) = delete;
+
+ private:
+  static constexpr int kLower = 10;
+  id_t tid_;
+  std::optional<int> old_;
+};
+
+}  // namespace
 
 TierWriter::TierWriter(const Options& options) : options_(options) {
   if (options_.async) pool_ = std::make_unique<TaskPool>(1);
@@ -39,6 +72,7 @@ Status TierWriter::Run(Job job) {
 }
 
 void TierWriter::Drain() {
+  const BackgroundPriority background;
   std::unique_lock<std::mutex> l(mu_);
   while (!queue_.empty()) {
     Job job = std::move(queue_.front());
