@@ -118,6 +118,9 @@ struct PromptInsertOptions {
   // What the memory tier keeps instead of copies of `cache` (then used by
   // the persistent tiers only, and not checked for memory).
   std::shared_ptr<const MemoryEntry> memory_entry{};
+  // The caller knows that `cache` matches scope.model (it checked, or made
+  // the fingerprint from `cache` with ModelFingerprint::Of): not checked again.
+  bool model_checked = false;
 };
 
 class ServerPromptCache {
@@ -209,7 +212,7 @@ class ServerPromptCache {
             CacheType type);
   // Checks `cache` before it is stored: the fingerprint, each layer's token count, the checkpoints.
   Status Check(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
-               std::span<const PromptCacheCheckpoint> checkpoints);
+               std::span<const PromptCacheCheckpoint> checkpoints, bool model_checked);
   Status Persist(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
                  std::span<const PromptCacheCheckpoint> checkpoints);
   Status QueueDiskWrite(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache);

@@ -21,14 +21,14 @@ size_t Index(RefusalReason reason) { return static_cast<size_t>(reason); }
 }  // namespace
 
 Status ServerPromptCache::Check(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
-                                std::span<const PromptCacheCheckpoint> checkpoints) {
+                                std::span<const PromptCacheCheckpoint> checkpoints, bool model_checked) {
   auto refuse = [&](RefusalReason reason, Status why) {
     std::lock_guard<std::mutex> l(mu_);
     counts_.inserts_refused[Index(reason)] += 1;
     return why;
   };
   if (scope.model) {
-    Status s = scope.model->Check(cache);
+    Status s = model_checked ? Status::OK() : scope.model->Check(cache);
     for (size_t i = 0; s.ok() && i < checkpoints.size(); ++i) s = scope.model->Check(checkpoints[i].cache);
     if (!s.ok()) return refuse(RefusalReason::kFingerprint, s);
   }
@@ -54,7 +54,7 @@ Status ServerPromptCache::Insert(const PromptScope& scope, std::span<const int32
   // What is stored must pass the checks; a binding's own memory entry is
   // stored whatever they say (mlx-lm stores what it is given).
   Status checked;
-  if (persist || options.memory_entry == nullptr) checked = Check(scope, tokens, cache, options.checkpoints);
+  if (persist || options.memory_entry == nullptr) checked = Check(scope, tokens, cache, options.checkpoints, options.model_checked);
   if (options.memory_entry != nullptr) {
     Link(scope.memory_key, tokens, options.memory_entry, options.cache_type);
   } else if (checked.ok()) {

@@ -127,7 +127,7 @@ class TieredPromptCache:
                 except Exception as e:
                     log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), e)
         fingerprint, why = self._core.insert(key, name, tokens, prompt_cache, min(nbytes, _INT64_MAX), trimmable,
-                                             cache_type, layers)
+                                             cache_type, layers, self._fingerprints.get(name))
         if why is not None:
             log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), why)
         if fingerprint is not None:

@@ -96,12 +96,13 @@ class PyServerPromptCache {
 
   // Stores `caches` in memory, and `layers` (the same caches as kvstore
   // layers, or None) in the persistent tiers under the fingerprint of
-  // (model_name, layers). Returns (fingerprint or None, why the caches
-  // were not persisted or None). KeyError for an unknown cache_type,
-  // before any change.
+  // (model_name, layers): `known` when the layers match it (what the model
+  // made last time: no digest to compute), else a new one. Returns
+  // (fingerprint or None, why the caches were not persisted or None).
+  // KeyError for an unknown cache_type, before any change.
   py::tuple Insert(const std::string& key, const std::optional<std::string>& model_name,
                    const std::vector<int32_t>& tokens, py::object caches, int64_t nbytes, bool trimmable,
-                   const std::string& cache_type, py::handle layers) {
+                   const std::string& cache_type, py::handle layers, const std::optional<ModelFingerprint>& known) {
     const Result<CacheType> type = ParseCacheType(cache_type);
     if (!type.ok()) throw py::key_error(cache_type);  // mlx-lm's KeyError
     auto entry = std::make_shared<PyEntry>(std::move(caches), nbytes, trimmable);
@@ -111,11 +112,12 @@ class PyServerPromptCache {
     if (model_name && !layers.is_none()) {
       try {
         persistent = LayersFromPython(layers);
-        Result<ModelFingerprint> fingerprint = ModelFingerprint::Of(*model_name, persistent);
-        if (fingerprint.ok()) {
-          scope.model = *fingerprint;
+        if (known && known->model_id() == *model_name && known->Check(persistent).ok()) {
+          scope.model = known;
+        } else if (Result<ModelFingerprint> made = ModelFingerprint::Of(*model_name, persistent); made.ok()) {
+          scope.model = *made;
         } else {
-          why = fingerprint.status().ToString();
+          why = made.status().ToString();
         }
       } catch (py::error_already_set& e) {
         why = e.what();
@@ -124,7 +126,8 @@ class PyServerPromptCache {
     Status s;
     {
       py::gil_scoped_release release;
-      s = cache_->Insert(scope, tokens, persistent, {.cache_type = *type, .memory_entry = std::move(entry)});
+      s = cache_->Insert(scope, tokens, persistent,
+                         {.cache_type = *type, .memory_entry = std::move(entry), .model_checked = true});
       persistent.clear();  // may hold the last references to Python buffers
     }
     if (!s.ok()) why = s.ToString();
@@ -220,7 +223,8 @@ void RegisterServerPromptCache(py::module_& m) {
            py::arg("disk") = py::none(), py::arg("shared") = py::none(), py::arg("disk_queue") = 64,
            py::arg("disk_queue_bytes") = int64_t{1} << 30)
       .def("insert", &PyServerPromptCache::Insert, py::arg("key"), py::arg("model_name"), py::arg("tokens"),
-           py::arg("caches"), py::arg("nbytes"), py::arg("trimmable"), py::arg("cache_type"), py::arg("layers"))
+           py::arg("caches"), py::arg("nbytes"), py::arg("trimmable"), py::arg("cache_type"), py::arg("layers"),
+           py::arg("known") = py::none())
       .def("fetch", &PyServerPromptCache::Fetch, py::arg("key"), py::arg("model"), py::arg("tokens"))
       .def("trim_to", &PyServerPromptCache::TrimTo, py::arg("n_sequences") = py::none(),
            py::arg("n_bytes") = py::none())
