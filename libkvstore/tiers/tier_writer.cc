@@ -15,7 +15,9 @@ namespace {
 
 // Lowers the calling thread's CPU priority for its lifetime (Linux: nice
 // is per thread), so that a background write never takes a core from a
-// request thread; restored afterwards, as the worker may serve others.
+// request thread. Restored afterwards where allowed: without CAP_SYS_NICE
+// (or an RLIMIT_NICE above 0) a thread cannot raise its priority again, so
+// the writer's own pool worker stays at the lower one.
 class BackgroundPriority {
  public:
   BackgroundPriority() : tid_(static_cast<id_t>(syscall(SYS_gettid))) {
