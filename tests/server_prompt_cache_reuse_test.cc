@@ -117,6 +117,7 @@ TEST(ServerPromptCacheReuseTest, InsertRefusesLayersHoldingAnotherTokenCount) {
   ASSERT_OK(arrays->SetSlot(0, testing::RandomArray(DType::kF16, {1, 4}, 5)));
   const PromptCache hybrid = ListOf({arrays, Attention(30, 6)});
   ASSERT_OK(server.Insert(testing::FingerprintOf(hybrid, "h"), std::span(t).first(30), hybrid));
+  server.Flush();  // disk writes are queued
   EXPECT_EQ(server.stats().entries, 2);
   EXPECT_EQ(store->entries(), 2);
 }
@@ -153,6 +154,7 @@ TEST(ServerPromptCacheReuseTest, ExactRepeatOfAnUntrimmableModelUsesTheCheckpoin
   ASSERT_TRUE(whole.has_value());
   EXPECT_EQ(whole->reused, 8);
 
+  server.Flush();
   ServerPromptCache restarted({.disk = store.get()});
   ASSERT_OK_AND_ASSIGN(auto from_disk, restarted.Fetch(fp, t));
   ASSERT_TRUE(from_disk.has_value());
@@ -176,6 +178,7 @@ TEST(ServerPromptCacheReuseTest, EditedLastMessageIsServedByEveryTier) {
   auto tier = testing::OpenTier(backend.get(), 16);
   ServerPromptCache writer({.disk = store.get(), .shared = tier.get()});
   ASSERT_OK(writer.Insert(fp, Iota(100), stored));
+  writer.Flush();
   struct Case {
     ServerPromptCacheOptions options;
     PromptCacheTier tier;
@@ -207,6 +210,7 @@ TEST(ServerPromptCacheReuseTest, LongerEntrySharingMoreThanAStoredPrefixWins) {
   ServerPromptCache writer({.disk = store.get()});
   ASSERT_OK(writer.Insert(fp, Iota(100), stored));
   ASSERT_OK(writer.Insert(fp, Iota(70), {Attention(70, 10)}));
+  writer.Flush();
   ServerPromptCache restarted({.disk = store.get()});
   for (ServerPromptCache* server : {&writer, &restarted}) {
     ASSERT_OK_AND_ASSIGN(auto hit, server->Fetch(fp, EditedAfter(80)));

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "kvstore/kv_cache.h"
+#include "kvstore/server_prompt_cache.h"
 #include "kvstore/zstd_seekable.h"
 #include "libkvstore/format/hash_pipeline.h"
 #include "libkvstore/util/ordered_pipeline.h"
@@ -280,6 +281,25 @@ TEST(TaskPoolTest, TheSharedTierWorksWithoutThreads) {
               auto async = SharedPromptCache::Open(options);
               if (async.ok() || async.status().code() != StatusCode::kResourceExhausted) return 5;
               return 0;
+            }),
+            0);
+}
+
+// ServerPromptCache's disk writes where no thread can start: written on the
+// inserting thread, before Insert returns.
+TEST(TaskPoolTest, TheDiskTierIsWrittenWithoutThreads) {
+  KVSTORE_SKIP_WITHOUT_THREADS();
+  std::unique_ptr<Env> env = NewMemEnv();
+  PromptCache cache = {std::make_shared<KVCache>()};
+  Prefill(*cache[0], 40, 8, 5);
+  const ModelFingerprint fp = testing::FingerprintOf(cache);
+  const std::vector<int32_t> tokens = Iota(40);
+  EXPECT_EQ(WithoutThreads([&] {
+              auto store = PromptCacheStore::Open(env.get(), "/store", {});
+              if (!store.ok()) return 2;
+              ServerPromptCache server({.disk = store->get()});
+              if (!server.Insert(fp, tokens, cache).ok()) return 3;
+              return (*store)->entries() == 1 ? 0 : 4;
             }),
             0);
 }

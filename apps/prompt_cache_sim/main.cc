@@ -14,7 +14,9 @@
 // Ends with "hit_rate: X%", "shared_hits: N tokens" (tokens reused from chunks
 // another server wrote), "dedup: X" (bytes the shared tier stored / tensor
 // bytes of the same inserts as whole files), "mismatches: N" and
-// "corrupt_served: N"; exits non-zero on any mismatch or error.
+// "corrupt_served: N"; exits non-zero on any mismatch or error. With
+// --metrics FILE, the servers' counters, summed, are written to FILE in the
+// Prometheus text format once the run ends.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -46,6 +48,7 @@ struct Options {
   int worker = -1;  // >= 0: one server process of a --redis run
   size_t insert_queue = 256;
   std::string secret, secret_file;
+  std::string metrics_file;
   sim::WorkloadOptions workload;
 };
 
@@ -72,6 +75,8 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--key-prefix", o.key_prefix, "shared-tier key prefix");
   app.add_option("--worker", o.worker, "internal: run server I of a --redis run")->group("");
   app.add_option("--insert-queue", o.insert_queue, "shared-tier inserts queued per server");
+  app.add_option("--metrics", o.metrics_file,
+                 "write every server's counters, summed, to this file in the Prometheus text format at the end");
   sim::WorkloadOptions& w = o.workload;
   app.add_option("--systems", w.systems, "shared system prompts")->check(CLI::PositiveNumber);
   app.add_option("--system-tokens", w.system_tokens, "tokens per system prompt")->check(CLI::PositiveNumber);
@@ -164,12 +169,18 @@ int main(int argc, char** argv) {
   if (!secret.ok()) return PrintError(secret.status());
   o.secret = *secret;
   sim::Report report;
+  // The summary, then the metrics file: a run that cannot write it fails.
+  auto finish = [&] {
+    const int status = report.Print(o.threads, o.processes);
+    if (!o.metrics_file.empty() && !report.metrics().Write(o.metrics_file)) return 2;
+    return status;
+  };
   if (o.redis_url.empty()) {
     // Several servers in this one process share an in-memory chunk store.
     std::unique_ptr<kvstore::KvBackend> backend;
     if (o.processes > 1) backend = kvstore::NewMemKvBackend();
     if (!RunServers(o, backend.get(), 0, o.processes, report)) return 2;
-    return report.Print(o.threads, o.processes);
+    return finish();
   }
   if (o.worker < 0) {
     // The parent checks the URL and the login once, before any worker
@@ -177,7 +188,7 @@ int main(int argc, char** argv) {
     if (auto probe = kvstore::OpenRedisBackend({.url = o.redis_url}); !probe.ok()) return PrintError(probe.status());
     // One worker process per server.
     if (!sim::RunWorkerProcesses(std::vector<std::string>(argv, argv + argc), o.processes, report)) return 2;
-    return report.Print(o.threads, o.processes);
+    return finish();
   }
   auto backend = kvstore::OpenRedisBackend({.url = o.redis_url});
   if (!backend.ok()) return PrintError(backend.status());

@@ -52,6 +52,7 @@ std::unique_ptr<kvstore::PromptCacheStore> Report::OpenStore(const std::string& 
 
 void Report::AddServer(const SimServer& server) {
   counters_.Add(server.counters());
+  metrics_.AddServer(server.cache().metrics());
   const auto s = server.cache().stats();
   entries_ += s.entries;
   bytes_ += s.bytes;
@@ -95,6 +96,9 @@ void Report::PrintWorker() const {
     for (const auto& [name, field] : kTierFields) std::printf(" %s=%lld", name, L((*shared_).*field));
     std::printf(" describe=%s\n", shared_describe_.c_str());
   }
+  const std::optional<std::string> metrics = metrics_.Text();
+  std::istringstream lines(metrics.value_or(""));
+  for (std::string line; std::getline(lines, line);) std::printf("worker_metrics %s\n", line.c_str());
   std::printf("worker_latency_us");
   for (double us : counters_.latency_us) std::printf(" %.1f", us);
   std::printf("\n");
@@ -102,11 +106,16 @@ void Report::PrintWorker() const {
 
 bool Report::AddWorkerOutput(std::string_view output) {
   bool reported = false;
+  std::string exposition;
   std::istringstream lines{std::string(output)};
   for (std::string line; std::getline(lines, line);) {
     std::istringstream words(line);
     std::string kind, word;
     words >> kind;
+    if (kind == "worker_metrics") {
+      exposition += line.substr(kind.size() + 1) + "\n";
+      continue;
+    }
     if (kind == "worker_latency_us") {
       double us;
       while (words >> us) counters_.latency_us.push_back(us);
@@ -140,6 +149,7 @@ bool Report::AddWorkerOutput(std::string_view output) {
       AddTier(s, shared_describe_);
     }
   }
+  if (!exposition.empty()) metrics_.AddWorkerText(std::move(exposition));
   return reported;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "apps/prompt_cache_sim/metrics.h"
 #include "apps/prompt_cache_sim/server.h"
 #include "kvstore/prompt_cache_store.h"
 #include "kvstore/shared_prompt_cache.h"
@@ -32,9 +33,12 @@ class Report {
   // `output` holds no report.
   void PrintWorker() const;
   bool AddWorkerOutput(std::string_view output);
+  // Every server's counters (--metrics).
+  const SimMetrics& metrics() const { return metrics_; }
 
  private:
   Counters counters_;
+  SimMetrics metrics_;
   int64_t entries_ = 0, bytes_ = 0;
   int64_t stores_ = 0, disk_entries_ = 0, disk_bytes_ = 0, disk_corrupt_ = 0, disk_mismatched_ = 0;
   std::optional<kvstore::SharedPromptCache::Stats> shared_;

@@ -106,6 +106,7 @@ void SimServer::Run() {
     });
   }
   for (auto& t : pool) t.join();
+  cache_.Flush();  // the queued disk and shared-tier writes
 }
 
 Counters SimServer::counters() const {

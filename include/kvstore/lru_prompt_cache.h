@@ -27,11 +27,13 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kvstore/cache.h"
@@ -60,6 +62,77 @@ struct PromptKey {
   friend bool operator==(const PromptKey&, const PromptKey&) = default;
 };
 
+// The entry count and bytes of one cache_type (stats_by_type).
+struct CacheTypeStats {
+  int64_t n_sequences = 0;
+  int64_t n_bytes = 0;
+  friend bool operator==(const CacheTypeStats&, const CacheTypeStats&) = default;
+};
+
+namespace internal {
+
+// mlx-lm's LRUPromptCache bookkeeping without the caches: the trie of
+// (model, tokens) keys, the tier queues, the byte totals, which entry a
+// fetch serves and which entries an insert or trim_to removes. The owner
+// keeps each entry's caches under its Id: LRUPromptCache keeps layers,
+// ServerPromptCache's mlx-lm memory policy keeps MemoryEntry objects.
+// Not thread-safe.
+class LruPromptCore {
+ public:
+  using Id = uint64_t;
+  struct Entry {
+    Id id = 0;
+    int64_t nbytes = 0;
+    bool trimmable = false;  // every layer can be trimmed (can_trim_prompt_cache)
+    CacheType cache_type = CacheType::kAssistant;
+  };
+  // What fetch_nearest_cache serves: entry `id`, which holds `length`
+  // tokens, copied and trimmed by length - reused; the query's first
+  // `reused` tokens are covered and tokens[reused:] remain.
+  struct Nearest {
+    Id id = 0;
+    int64_t length = 0;
+    int64_t reused = 0;
+  };
+
+  LruPromptCore(int64_t max_size, int64_t max_bytes) : max_size_(max_size), max_bytes_(max_bytes) {}
+
+  // insert_cache's steps 2-5 (LRUPromptCache::InsertCache) for `entry`.
+  // Returns the ids of the entries that left: the one replaced, the
+  // prefixes, the evicted (possibly entry.id itself).
+  std::vector<Id> Insert(std::string_view model, std::span<const int32_t> tokens, const Entry& entry);
+  // fetch_nearest_cache's choice (LRUPromptCache::FetchNearestCache); nullopt on a miss.
+  std::optional<Nearest> Find(std::string_view model, std::span<const int32_t> tokens) const;
+  // trim_to; returns the ids evicted.
+  std::vector<Id> TrimTo(std::optional<int64_t> n_sequences, std::optional<int64_t> n_bytes);
+
+  std::array<CacheTypeStats, kNumCacheTypes> StatsByType() const;
+  int64_t size() const;
+  int64_t nbytes() const { return n_bytes_; }
+  int64_t max_size() const { return max_size_; }
+  int64_t max_bytes() const { return max_bytes_; }
+  std::vector<PromptKey> Order(CacheType cache_type) const;
+  // Every entry in trie order (models in insertion order, then pre-order).
+  void ForEach(const std::function<void(std::string_view, std::span<const int32_t>, const Entry&)>& fn) const;
+
+ private:
+  static size_t Tier(CacheType type) { return static_cast<size_t>(type); }
+  void Forget(const Entry& entry);
+  // Drops the first key equal to `key`, checking tiers in order (CacheOrder.remove).
+  void RemoveFromOrder(const PromptKey& key);
+  // Evicts one entry chosen by the tier rule and returns its id. REQUIRES: size() > 0.
+  Id EvictOne();
+
+  int64_t max_size_;
+  int64_t max_bytes_;
+  PromptTrie<Entry> trie_;
+  std::array<std::deque<PromptKey>, kNumCacheTypes> order_;
+  int64_t n_bytes_ = 0;
+  std::array<int64_t, kNumCacheTypes> n_bytes_by_type_{};
+};
+
+}  // namespace internal
+
 class LRUPromptCache {
  public:
   static constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
@@ -77,11 +150,7 @@ class LRUPromptCache {
     std::vector<int32_t> remaining;
   };
 
-  struct TypeStats {
-    int64_t n_sequences = 0;
-    int64_t n_bytes = 0;
-    friend bool operator==(const TypeStats&, const TypeStats&) = default;
-  };
+  using TypeStats = CacheTypeStats;
 
   // One stored entry, for snapshots.
   struct EntryInfo {
@@ -127,6 +196,8 @@ class LRUPromptCache {
   //  4. else a miss: nullopt and all of `tokens`.
   // Copies are deep (Cache::Copy(); a layer that appears twice in an entry
   // is copied once and appears twice in the copy). Does not change recency.
+  // Whether an entry is trimmable is taken at insertion (a stored cache
+  // does not change).
   // Error: a Trim error of step 2 (the stored entry is not affected).
   Result<FetchResult> FetchNearestCache(std::string_view model,
                                         std::span<const int32_t> tokens) const;
@@ -136,36 +207,25 @@ class LRUPromptCache {
   void TrimTo(std::optional<int64_t> n_sequences, std::optional<int64_t> n_bytes);
 
   // stats_by_type, indexed by CacheType: each tier's entry count and bytes.
-  std::array<TypeStats, kNumCacheTypes> StatsByType() const;
+  std::array<TypeStats, kNumCacheTypes> StatsByType() const { return core_.StatsByType(); }
 
   // len() and nbytes.
-  int64_t size() const;
-  int64_t nbytes() const { return n_bytes_; }
-  int64_t max_size() const { return max_size_; }
-  int64_t max_bytes() const { return max_bytes_; }
+  int64_t size() const { return core_.size(); }
+  int64_t nbytes() const { return core_.nbytes(); }
+  int64_t max_size() const { return core_.max_size(); }
+  int64_t max_bytes() const { return core_.max_bytes(); }
 
   // The tier's eviction queue, oldest first.
-  std::vector<PromptKey> Order(CacheType cache_type) const;
+  std::vector<PromptKey> Order(CacheType cache_type) const { return core_.Order(cache_type); }
   // Every entry in trie order (models in insertion order, then pre-order).
   std::vector<EntryInfo> Entries() const;
-  // The underlying trie, read-only.
-  const PromptTrie<CacheEntry>& trie() const { return trie_; }
 
  private:
-  static size_t Tier(CacheType type) { return static_cast<size_t>(type); }
-  // Removes `entry` from the byte totals.
-  void Forget(const CacheEntry& entry);
-  // Drops the first key equal to `key`, checking tiers in order (CacheOrder.remove).
-  void RemoveFromOrder(const PromptKey& key);
-  // Evicts one entry chosen by the tier rule. REQUIRES: size() > 0.
-  void EvictOne();
+  void Release(const std::vector<internal::LruPromptCore::Id>& ids);
 
-  int64_t max_size_;
-  int64_t max_bytes_;
-  PromptTrie<CacheEntry> trie_;
-  std::array<std::deque<PromptKey>, kNumCacheTypes> order_;
-  int64_t n_bytes_ = 0;
-  std::array<int64_t, kNumCacheTypes> n_bytes_by_type_{};
+  internal::LruPromptCore core_;
+  std::unordered_map<internal::LruPromptCore::Id, CacheEntry> entries_;
+  internal::LruPromptCore::Id next_id_ = 0;
 };
 
 }  // namespace kvstore

@@ -1,32 +1,41 @@
 // ServerPromptCache: the prompt-reuse cache an inference server shares
-// between request threads, in front of up to three tiers:
+// between request threads, and the one place that decides between its
+// tiers (the Python package's TieredPromptCache is a binding of it):
 //
-//   memory  entries of this process (copy-on-write copies, LRU over an
-//           entry and a byte budget);
+//   memory  entries of this process, under a policy (MemoryPolicy);
 //   disk    a PromptCacheStore (optional): a directory this process owns;
 //   shared  a SharedPromptCache (optional): chunks in Redis shared by every
 //           server of the deployment.
 //
 // Fetch consults memory, then disk, then the shared tier, and serves the
 // longest reusable prefix any of them has: a stored prefix of the prompt,
-// or (memory) a longer cached prompt trimmed to the common prefix when
-// every layer can be trimmed, as mlx-lm's LRUPromptCache does when the
-// last message was edited. A lower tier is asked only when it could beat
-// what the upper ones found; a hit from disk or the shared tier is kept in
-// memory for the next request. Insert stores the cache in memory, on disk
-// (synchronously: a local file) and in the shared tier (asynchronously:
-// queued, never waiting for the network).
+// or a longer cached prompt trimmed to the common prefix when every layer
+// can be trimmed, as mlx-lm's LRUPromptCache does when the last message
+// was edited. A lower tier is asked only when it could beat what the upper
+// ones found (the shared tier only when whole chunks could). Insert stores
+// the cache in memory at once and queues it for the disk and shared tiers
+// (bounded queues, written in the background; a full queue drops the
+// write and counts it), so a request thread never waits for I/O.
 //
-// Every tier is keyed by the model fingerprint (kvstore/model_fingerprint.h):
-// no fetch returns a cache made for another model or configuration.
+// Memory policies:
+//   kServer  true LRU over an entry and a byte budget (a fetch refreshes
+//            recency); any prefix, 1 token included, is reusable; a served
+//            cache leaves at least one token to process: an exact match
+//            gives its last token back, and when its layers cannot (a
+//            hybrid model's snapshots) each tier is asked again for the
+//            prompt less its last token; a disk or shared hit is kept in
+//            memory. Differences from mlx-lm: docs/compat.md.
+//   kMlxLm   exactly mlx-lm's LRUPromptCache (kvstore/lru_prompt_cache.h):
+//            tiers by cache_type, its trie search (an exact match is served
+//            whole, remaining nothing), prefix removal and eviction. The
+//            persistent tiers are asked on a memory miss only, and their
+//            hits are served as loaded and not kept in memory (mlx-lm's
+//            server inserts the cache after generating).
 //
-// Differences from mlx-lm's LRUPromptCache (docs/compat.md): fetching
-// refreshes recency (a true LRU); any prefix, 1 token included, is
-// reusable; the byte budget is enforced at insert; a fetch returns
-// copy-on-write copies (O(layers), no byte copy); an exact match is served
-// only when every layer trimmed the one token that must be left to process;
-// when they cannot, each tier is asked again for the prompt less its last
-// token (a checkpoint there is served as is).
+// Every persistent tier is keyed by the model fingerprint
+// (kvstore/model_fingerprint.h): no fetch returns a cache made for another
+// model or configuration. Every count lands in metrics()
+// (kvstore/prompt_cache_metrics.h).
 //
 // Thread safety: every member may be called from many threads. The lock is
 // held only to look up or link entries, never while copying caches or doing
@@ -34,61 +43,137 @@
 #ifndef KVSTORE_SERVER_PROMPT_CACHE_H_
 #define KVSTORE_SERVER_PROMPT_CACHE_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 
 #include "kvstore/cache.h"
+#include "kvstore/lru_prompt_cache.h"
 #include "kvstore/model_fingerprint.h"
+#include "kvstore/prompt_cache_metrics.h"
 #include "kvstore/prompt_cache_store.h"
 #include "kvstore/shared_prompt_cache.h"
 
 namespace kvstore {
 
 class MemoryTier;
+class TierWriter;
+
+enum class MemoryPolicy { kServer, kMlxLm };
+std::string_view MemoryPolicyName(MemoryPolicy policy);  // "server", "mlx-lm"
+// Inverse of MemoryPolicyName; InvalidArgument for any other name.
+Result<MemoryPolicy> ParseMemoryPolicy(std::string_view name);
+
+// What the memory tier holds for one prompt. ServerPromptCache makes one of
+// copy-on-write copies of the layers it is given; a binding may supply its
+// own (PromptInsertOptions::memory_entry) holding its runtime's cache
+// objects, which the tier stores and hands back (Hit::entry) without
+// looking inside. Immutable once inserted; it may be released on any
+// thread that calls ServerPromptCache, never under its lock.
+class MemoryEntry {
+ public:
+  virtual ~MemoryEntry() = default;
+  virtual int64_t bytes() const = 0;   // counted against max_bytes
+  virtual bool trimmable() const = 0;  // every layer can give tokens back
+  // The entry's kvstore layers, or nullptr for a binding's own objects.
+  virtual const PromptCache* layers() const { return nullptr; }
+};
 
 struct ServerPromptCacheOptions {
   int64_t max_entries = 1024;
   int64_t max_bytes = int64_t{8} << 30;
   PromptCacheStore* disk = nullptr;     // optional disk tier; not owned, must outlive the cache
   SharedPromptCache* shared = nullptr;  // optional shared tier; not owned, must outlive the cache
+  MemoryPolicy memory_policy = MemoryPolicy::kServer;
+  // Disk writes wait in a queue of at most this many caches and bytes
+  // (a cache larger than the byte bound is queued only alone) for one
+  // writer thread; a newer write of a waiting key replaces it.
+  size_t disk_queue_capacity = 16;
+  int64_t disk_queue_bytes = int64_t{1} << 30;
+  bool async_disk_writes = true;  // false: Insert writes the disk tier before returning
 };
 
-enum class PromptCacheTier { kMemory, kDisk, kShared };
-std::string_view PromptCacheTierName(PromptCacheTier tier);  // "memory", "disk", "shared"
+// Whose entries a call reads or writes. Every call for one model passes
+// the same scope.
+struct PromptScope {
+  std::string memory_key{};  // the memory tier's key for the model
+  // The persistent tiers' key; none: the call uses memory only.
+  std::optional<ModelFingerprint> model{};
+};
+
+struct PromptInsertOptions {
+  // Copies of the cache at earlier token counts (e.g. the end of the system
+  // prompt or of a turn). Memory and disk keep each as an entry of its own
+  // (what a cache that cannot be trimmed is served from); the shared tier
+  // stores its chunks once and snapshot layers at those boundaries.
+  std::span<const PromptCacheCheckpoint> checkpoints{};
+  CacheType cache_type = CacheType::kAssistant;  // the mlx-lm policy's eviction tier
+  // What the memory tier keeps instead of copies of `cache` (then used by
+  // the persistent tiers only, and not checked for memory).
+  std::shared_ptr<const MemoryEntry> memory_entry{};
+  // The caller knows that `cache` matches scope.model (it checked, or made
+  // the fingerprint from `cache` with ModelFingerprint::Of): not checked again.
+  bool model_checked = false;
+};
 
 class ServerPromptCache {
  public:
   explicit ServerPromptCache(const ServerPromptCacheOptions& options);
+  // Finishes the queued disk writes (the shared tier's queue is its own).
   ~ServerPromptCache();
 
   struct Hit {
-    PromptCache cache;   // private copies: the caller may append to them
-    int64_t reused = 0;  // tokens covered; tokens[reused:] remain to process (at least one)
+    PromptCache cache;   // private copies: the caller may append to them (empty when `entry` is set)
+    int64_t reused = 0;  // tokens covered; tokens[reused:] remain to process
     PromptCacheTier tier = PromptCacheTier::kMemory;
     int64_t foreign_tokens = 0;  // shared tier: reused tokens that another server wrote
+    // A memory hit on an entry a binding supplied: the entry, which holds
+    // `entry_tokens` tokens; the caller copies it and trims the copy by
+    // entry_tokens - reused.
+    std::shared_ptr<const MemoryEntry> entry{};
+    int64_t entry_tokens = 0;
   };
   // The longest reusable prefix of `tokens` across the tiers; nullopt on a
   // miss. Errors are the disk tier's (the shared tier turns its failures
   // into misses).
+  Result<std::optional<Hit>> Fetch(const PromptScope& scope, std::span<const int32_t> tokens);
+  // The scope keyed by the fingerprint's digest.
   Result<std::optional<Hit>> Fetch(const ModelFingerprint& model, std::span<const int32_t> tokens);
 
-  // Stores copies of `cache`, which holds `tokens`, in every tier, and the
-  // checkpoints: copies of the cache at earlier token counts, e.g. at the
-  // end of the system prompt or of a turn. Memory and disk keep each as an
-  // entry of its own (what a cache that cannot be trimmed is served from);
-  // the shared tier stores its chunks once and snapshot layers at those
-  // boundaries. InvalidArgument when `tokens` is empty, a cache does not
-  // match `model`, a checkpoint lies outside `tokens`, or a layer (CacheList
-  // children included) has a token offset other than the number of tokens
-  // it is stored under ("layer 0 (KVCache): offset 50 != 100 tokens";
-  // ArraysCache/MambaCache snapshots have no offset and are exempt); the
-  // disk tier's errors.
+  // Stores `cache`, which holds `tokens`, in memory, and queues copies for
+  // the disk and shared tiers (those of scope.model). InvalidArgument, with
+  // nothing stored, when `tokens` is empty (the mlx-lm policy keeps such an
+  // entry in memory only), a cache does not match scope.model, a checkpoint
+  // lies outside `tokens`, or a layer (CacheList children included) has a
+  // token offset other than the number of tokens it is stored under
+  // ("layer 0 (KVCache): offset 50 != 100 tokens"; ArraysCache/MambaCache
+  // snapshots have no offset and are exempt). With options.memory_entry the
+  // entry is stored in memory whatever the checks of `cache` say, and a
+  // refused `cache` is only not persisted (the error is returned). Counted
+  // in metrics().inserts_refused. With async_disk_writes off, also the disk
+  // tier's errors.
+  Status Insert(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
+                const PromptInsertOptions& options = {});
   Status Insert(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
                 std::span<const PromptCacheCheckpoint> checkpoints = {});
+
+  // Evicts from memory, by the policy's order, until at most `entries`
+  // entries and `bytes` bytes remain (nullopt: no bound; negative: 0).
+  void TrimTo(std::optional<int64_t> entries, std::optional<int64_t> bytes);
+
+  // Waits until every write queued so far is in the disk and shared tiers.
+  void Flush();
+  // Flushes, then stops using the disk and shared tiers: later fetches use
+  // memory only, later writes are dropped (counted). The caller may then
+  // close them. Idempotent.
+  void ClosePersistentTiers();
 
   struct Stats {
     int64_t entries = 0;  // memory tier
@@ -98,20 +183,52 @@ class ServerPromptCache {
     int64_t tokens_reused = 0;
   };
   Stats stats() const;
+  std::array<CacheTypeStats, kNumCacheTypes> StatsByType() const;  // memory tier
+  struct MemoryUsage {
+    int64_t entries = 0;
+    int64_t bytes = 0;
+  };
+  MemoryUsage memory_usage() const;  // the memory tier's entries and bytes, cheaply
+  // Every counter, the tiers' own included (kvstore/prompt_cache_metrics.h).
+  PromptCacheMetrics metrics() const;
+  MemoryPolicy memory_policy() const { return options_.memory_policy; }
 
  private:
   struct Candidate;
-  Result<std::optional<Hit>> Serve(const Candidate& c, std::span<const int32_t> tokens);
+  Result<std::optional<Hit>> Serve(const Candidate& c);
   Result<std::optional<Hit>> FromMemory(const std::string& key, std::span<const int32_t> tokens);
-  // A disk hit reusing more than `reused` tokens, kept in memory too.
-  Result<std::optional<Hit>> FromDisk(const ModelFingerprint& model, std::span<const int32_t> tokens, int64_t reused);
-  void Remember(const std::string& key, std::span<const int32_t> tokens, const PromptCache& cache);
-  void Count(const std::optional<Hit>& hit);
+  // What a persistent tier loaded: a cache of `length` tokens.
+  struct Loaded {
+    PromptCache cache;
+    int64_t length = 0;
+    int64_t foreign_tokens = 0;
+  };
+  // A disk or shared hit reusing more than `reused` tokens; load(n) asks the
+  // tier for the first n tokens. REQUIRES: tiers_mu_ held (shared).
+  Result<std::optional<Hit>> FromPersistent(const PromptScope& scope, std::span<const int32_t> tokens, int64_t reused,
+                                            PromptCacheTier tier,
+                                            const std::function<Result<std::optional<Loaded>>(size_t)>& load);
+  void Link(const std::string& key, std::span<const int32_t> tokens, std::shared_ptr<const MemoryEntry> entry,
+            CacheType type);
+  // Checks `cache` before it is stored: the fingerprint, each layer's token count, the checkpoints.
+  Status Check(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
+               std::span<const PromptCacheCheckpoint> checkpoints, bool model_checked);
+  Status Persist(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
+                 std::span<const PromptCacheCheckpoint> checkpoints);
+  Status QueueDiskWrite(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache);
+  void Count(const std::optional<Hit>& hit, double seconds, bool asked_disk, bool asked_shared, bool unknown_model);
+  // The disk and shared tiers' own counters. REQUIRES: tiers_mu_ held, the tiers open.
+  PromptCacheMetrics TierCounters() const;
 
   ServerPromptCacheOptions options_;
   mutable std::mutex mu_;
   std::unique_ptr<MemoryTier> memory_;  // guarded by mu_
-  Stats stats_;                         // guarded by mu_
+  PromptCacheMetrics counts_;           // guarded by mu_: the coordinator's own counters
+  // The persistent tiers while open; a call holds the shared lock while it uses them.
+  mutable std::shared_mutex tiers_mu_;
+  bool tiers_closed_ = false;  // guarded by tiers_mu_
+  PromptCacheMetrics closed_tier_counters_;  // TierCounters() at ClosePersistentTiers; guarded by tiers_mu_
+  std::unique_ptr<TierWriter> disk_writer_;
 };
 
 }  // namespace kvstore

@@ -1,75 +1,81 @@
-// The memory tier of ServerPromptCache: caches by (model key, tokens) with
-// LRU eviction over an entry and a byte budget, and two lookups for a
-// query:
-//   * the longest stored key that is a prefix of the query (O(query):
-//     one hash probe per prefix length);
-//   * among entries whose every layer can be trimmed, the one sharing the
-//     longest common prefix with the query, even when it is longer (the
-//     "edit the last message" case): a GranuleIndex, O(query / 32) probes.
+// The memory tier of ServerPromptCache: MemoryEntry objects by (model key,
+// tokens) under one of two policies (kvstore/server_prompt_cache.h):
+//   server  (memory_tier_lru.cc)    true LRU; the longest stored prefix of a
+//           query and a longer trimmable entry sharing more with it;
+//   mlx-lm  (memory_tier_mlx_lm.cc) mlx-lm's LRUPromptCache
+//           (internal::LruPromptCore).
 // Keys are always compared exactly: a hash match alone serves nothing.
-// Not thread-safe: ServerPromptCache's lock guards it. Caches are
-// immutable once inserted; callers copy them outside the lock.
+// Not thread-safe: ServerPromptCache's lock guards it. Entries are
+// immutable; the tier hands out references, and returns the entries it
+// drops so that they are released outside that lock.
 #ifndef KVSTORE_LIBKVSTORE_TIERS_MEMORY_TIER_H_
 #define KVSTORE_LIBKVSTORE_TIERS_MEMORY_TIER_H_
 
+#include <array>
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "kvstore/cache.h"
-#include "libkvstore/tiers/granule_index.h"
+#include "kvstore/server_prompt_cache.h"
 
 namespace kvstore {
 
 class MemoryTier {
  public:
-  MemoryTier(int64_t max_entries, int64_t max_bytes) : max_entries_(max_entries), max_bytes_(max_bytes) {}
-
-  struct Found {
-    std::shared_ptr<const PromptCache> cache;
-    int64_t length = 0;  // tokens the entry holds
-    int64_t common = 0;  // tokens it shares with the query (== length for a prefix entry)
+  using EntryPtr = std::shared_ptr<const MemoryEntry>;
+  struct Candidate {
+    EntryPtr entry;
+    int64_t length = 0;       // tokens the entry holds
+    int64_t reused = 0;       // leading query tokens it serves (a copy trimmed by length - reused)
+    bool whole_key = false;   // it holds exactly the tokens looked up
   };
-  struct Lookup {
-    std::optional<Found> prefix;  // the longest stored prefix of the query
-    std::optional<Found> longer;  // a trimmable entry sharing more than `prefix` holds
-  };
-  // Both candidates; each one found becomes the most recently used.
-  Lookup Find(const std::string& model, std::span<const int32_t> tokens);
 
-  // Stores `cache` (holding `tokens`), replacing the entry of the same
-  // key, then evicts over budget (possibly this very entry).
-  void Insert(const std::string& model, std::span<const int32_t> tokens, std::shared_ptr<const PromptCache> cache,
-              int64_t bytes, bool trimmable);
+  virtual ~MemoryTier() = default;
 
-  int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
-  int64_t bytes() const { return bytes_; }
+  // The entries that could serve `tokens`, which are the first tokens of a
+  // query of `query` tokens, the more promising first. Server policy: each
+  // found becomes the most recently used.
+  virtual std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens,
+                                      int64_t query) = 0;
+  // Stores `entry` (holding `tokens`), replacing the entry of the same key,
+  // then evicts over budget (possibly this very entry). Appends every entry
+  // that left to `removed`.
+  virtual void Insert(const std::string& model, std::span<const int32_t> tokens, EntryPtr entry, CacheType type,
+                      std::vector<EntryPtr>& removed) = 0;
+  // Evicts until at most `entries` entries and `bytes` bytes remain.
+  virtual void TrimTo(std::optional<int64_t> entries, std::optional<int64_t> bytes,
+                      std::vector<EntryPtr>& removed) = 0;
+
+  virtual int64_t entries() const = 0;
+  virtual int64_t bytes() const = 0;
+  virtual std::array<CacheTypeStats, kNumCacheTypes> StatsByType() const = 0;
+};
+
+// The entries ServerPromptCache makes itself: kvstore layers (copies, or
+// a cache a persistent tier loaded), their bytes and trimmability.
+class LayersEntry final : public MemoryEntry {
+ public:
+  explicit LayersEntry(PromptCache layers);
+  int64_t bytes() const override { return bytes_; }
+  bool trimmable() const override { return trimmable_; }
+  const PromptCache* layers() const override { return &layers_; }
 
  private:
-  struct Entry {
-    std::string model;
-    std::vector<int32_t> tokens;
-    std::shared_ptr<const PromptCache> cache;
-    int64_t bytes = 0;
-    bool trimmable = false;
-    std::vector<uint64_t> granules;  // registered prefix hashes (trimmable entries)
-    std::list<uint64_t>::iterator lru;
-  };
-  void Erase(uint64_t key_hash);
-  void Touch(Entry& e);
-
-  int64_t max_entries_;
-  int64_t max_bytes_;
-  std::unordered_map<uint64_t, Entry> entries_;                // key hash -> entry
-  GranuleIndex<uint64_t> granules_;                            // trimmable entries, by key hash
-  std::list<uint64_t> lru_;                                    // front = most recent
+  PromptCache layers_;
   int64_t bytes_ = 0;
+  bool trimmable_ = false;
 };
+
+// Copy-on-write copies of every layer: O(layers), no byte copied.
+PromptCache CopyLayers(const PromptCache& cache);
+// The sum of the layers' Nbytes() (a layer that cannot tell counts 0).
+int64_t CacheBytes(const PromptCache& cache);
+
+std::unique_ptr<MemoryTier> NewLruMemoryTier(int64_t max_entries, int64_t max_bytes);
+std::unique_ptr<MemoryTier> NewMlxLmMemoryTier(int64_t max_entries, int64_t max_bytes);
 
 }  // namespace kvstore
 

@@ -1,194 +1,229 @@
 // ServerPromptCache: the lookup order over the tiers and serving a hit
-// (copy, trim to what may be reused).
+// (copy, trim to what may be reused). Inserts, writes and counters are in
+// server_prompt_cache_insert.cc.
 #include "kvstore/server_prompt_cache.h"
+
+#include <chrono>
+#include <functional>
 
 #include "kvstore/prompt_cache.h"
 #include "libkvstore/cache/cache_leaves.h"
 #include "libkvstore/tiers/memory_tier.h"
+#include "libkvstore/tiers/tier_writer.h"
 
 namespace kvstore {
 
-std::string_view PromptCacheTierName(PromptCacheTier tier) {
-  switch (tier) {
-    case PromptCacheTier::kMemory: return "memory";
-    case PromptCacheTier::kDisk: return "disk";
-    case PromptCacheTier::kShared: return "shared";
+LayersEntry::LayersEntry(PromptCache layers)
+    : layers_(std::move(layers)), bytes_(CacheBytes(layers_)), trimmable_(CanTrimPromptCache(layers_)) {}
+
+PromptCache CopyLayers(const PromptCache& cache) {
+  PromptCache out;
+  out.reserve(cache.size());
+  for (const auto& layer : cache) out.push_back(std::shared_ptr<Cache>(layer->Copy()));
+  return out;
+}
+
+int64_t CacheBytes(const PromptCache& cache) {
+  int64_t bytes = 0;
+  for (const auto& layer : cache) bytes += layer->Nbytes().value_or(0);
+  return bytes;
+}
+
+std::string_view MemoryPolicyName(MemoryPolicy policy) {
+  return policy == MemoryPolicy::kMlxLm ? "mlx-lm" : "server";
+}
+
+Result<MemoryPolicy> ParseMemoryPolicy(std::string_view name) {
+  for (MemoryPolicy p : {MemoryPolicy::kServer, MemoryPolicy::kMlxLm}) {
+    if (MemoryPolicyName(p) == name) return p;
   }
-  return "unknown";
+  return Status::InvalidArgument("unknown memory policy '" + std::string(name) + "' (expected server or mlx-lm)");
 }
 
 // A cache some tier holds for the query: `length` tokens, of which the
-// first `usable` may be reused (fewer when it is longer than the query).
+// first `reused` would be served.
 struct ServerPromptCache::Candidate {
-  std::shared_ptr<const PromptCache> cache;
+  std::shared_ptr<const MemoryEntry> entry;
   int64_t length = 0;
-  int64_t usable = 0;
+  int64_t reused = 0;
   PromptCacheTier tier = PromptCacheTier::kMemory;
   int64_t foreign_tokens = 0;
-
-  // What serving it would reuse at best: one token is always left to process.
-  int64_t Potential(int64_t query) const { return std::min(usable, query - 1); }
 };
 
 ServerPromptCache::ServerPromptCache(const ServerPromptCacheOptions& options)
-    : options_(options), memory_(std::make_unique<MemoryTier>(options.max_entries, options.max_bytes)) {}
+    : options_(options),
+      memory_(options.memory_policy == MemoryPolicy::kMlxLm ? NewMlxLmMemoryTier(options.max_entries, options.max_bytes)
+                                                            : NewLruMemoryTier(options.max_entries, options.max_bytes)),
+      disk_writer_(std::make_unique<TierWriter>(TierWriter::Options{.max_pending = options.disk_queue_capacity,
+                                                                    .max_bytes = options.disk_queue_bytes,
+                                                                    .async = options.async_disk_writes})) {}
 
-ServerPromptCache::~ServerPromptCache() = default;
+ServerPromptCache::~ServerPromptCache() {
+  disk_writer_->Close();
+  // Entries may hold a binding's objects: release them outside the lock.
+  std::unique_ptr<MemoryTier> memory;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    memory = std::move(memory_);
+  }
+}
 
-// Copies (copy-on-write) and trims to the tokens that may be reused: to
-// the common prefix, leaving at least one token of the query to process.
-// Every leaf (CacheList children included) must trim exactly and end at
-// `reused`, or it is a miss: a CacheList's own count speaks for its last
-// child only.
-Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Candidate& c,
-                                                                       std::span<const int32_t> tokens) {
-  const int64_t reused = c.Potential(static_cast<int64_t>(tokens.size()));
-  if (reused < 1) return std::optional<Hit>();
+// Copies and trims to the tokens that may be reused. Every leaf (CacheList
+// children included) must trim exactly and end at `reused`, or it is a
+// miss: a CacheList's own count speaks for its last child only. A
+// binding's entry is handed back for the binding to copy.
+Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Candidate& c) {
+  // The mlx-lm policy serves what mlx-lm does, even a longer entry trimmed
+  // to nothing when the query's only token is all it shares.
+  if (c.reused < 1 && options_.memory_policy == MemoryPolicy::kServer) return std::optional<Hit>();
   Hit hit;
   hit.tier = c.tier;
-  hit.reused = reused;
-  hit.foreign_tokens = std::min(c.foreign_tokens, reused);
-  for (const auto& layer : *c.cache) hit.cache.push_back(std::shared_ptr<Cache>(layer->Copy()));
-  if (!TrimEveryLeaf(hit.cache, c.length - reused, reused)) return std::optional<Hit>();
+  hit.reused = c.reused;
+  hit.foreign_tokens = std::min(c.foreign_tokens, c.reused);
+  if (const PromptCache* layers = c.entry->layers()) {
+    hit.cache = CopyLayers(*layers);
+    if (!TrimEveryLeaf(hit.cache, c.length - c.reused, c.reused)) return std::optional<Hit>();
+  } else {
+    hit.entry = c.entry;
+    hit.entry_tokens = c.length;
+  }
   return std::optional<Hit>(std::move(hit));
 }
 
-void ServerPromptCache::Remember(const std::string& key, std::span<const int32_t> tokens, const PromptCache& cache) {
-  auto copy = std::make_shared<PromptCache>();
-  int64_t bytes = 0;
-  for (const auto& layer : cache) {
-    copy->push_back(std::shared_ptr<Cache>(layer->Copy()));
-    bytes += layer->Nbytes().value_or(0);
-  }
-  const bool trimmable = CanTrimPromptCache(*copy);
+void ServerPromptCache::Link(const std::string& key, std::span<const int32_t> tokens,
+                             std::shared_ptr<const MemoryEntry> entry, CacheType type) {
+  std::vector<MemoryTier::EntryPtr> removed;  // released after the lock
   std::lock_guard<std::mutex> l(mu_);
-  memory_->Insert(key, tokens, std::move(copy), bytes, trimmable);
+  memory_->Insert(key, tokens, std::move(entry), type, removed);
 }
 
-void ServerPromptCache::Count(const std::optional<Hit>& hit) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (!hit) {
-    ++stats_.misses;
-    return;
-  }
-  ++stats_.hits[static_cast<int>(hit->tier)];
-  stats_.tokens_reused += hit->reused;
-}
-
-// A cache stored for exactly the query must give its last token back;
-// when its layers cannot (a hybrid model's snapshots), the tiers are asked
-// again for the query less that token, as mlx-lm's server then looks for a
-// shorter checkpoint. So each tier is asked for `tokens`, then, only when
-// it offered an entry of the query's whole length that could not be
-// served, for tokens.first(q - 1).
+// Server policy: a cache stored for exactly the query must give its last
+// token back; when its layers cannot (a hybrid model's snapshots), each
+// tier is asked again for the query less that token, as mlx-lm's server
+// then looks for a shorter checkpoint: so a tier is asked for `tokens`,
+// then, only when it offered an entry of the query's whole length that
+// could not be served, for tokens.first(q - 1). The mlx-lm policy asks
+// once and serves what mlx-lm's LRUPromptCache serves.
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromMemory(const std::string& key,
                                                                             std::span<const int32_t> tokens) {
   const int64_t q = static_cast<int64_t>(tokens.size());
+  const bool server = options_.memory_policy == MemoryPolicy::kServer;
   for (int64_t query : {q, q - 1}) {
-    if (query < 1) break;
-    MemoryTier::Lookup found;
+    if (server && query < 1) break;
+    std::vector<MemoryTier::Candidate> found;
     {
       std::lock_guard<std::mutex> l(mu_);
-      found = memory_->Find(key, tokens.first(static_cast<size_t>(query)));
+      found = memory_->Find(key, tokens.first(static_cast<size_t>(query)), q);
     }
-    // The candidates, the more promising first.
-    std::vector<Candidate> candidates;
-    if (found.prefix) candidates.push_back({found.prefix->cache, found.prefix->length, found.prefix->length});
-    if (found.longer) candidates.push_back({found.longer->cache, found.longer->length, found.longer->common});
-    std::sort(candidates.begin(), candidates.end(),
-              [&](const Candidate& a, const Candidate& b) { return a.Potential(q) > b.Potential(q); });
-    for (const Candidate& c : candidates) {
-      KV_ASSIGN_OR_RETURN(std::optional<Hit> hit, Serve(c, tokens));
+    bool whole_query = false;
+    for (const MemoryTier::Candidate& c : found) {
+      KV_ASSIGN_OR_RETURN(std::optional<Hit> hit, Serve({c.entry, c.length, c.reused}));
       if (hit) return hit;
+      whole_query = whole_query || c.whole_key;
     }
-    if (!found.prefix || found.prefix->length < q) break;
+    if (!server || query < q || !whole_query) break;
   }
   return std::optional<Hit>();
 }
 
-Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromDisk(const ModelFingerprint& model,
-                                                                          std::span<const int32_t> tokens,
-                                                                          int64_t reused) {
+// Server policy: a persistent tier's entry of the query's whole length (a
+// chunk boundary at its very end) must give one token back; when its
+// layers cannot, the tier is asked again for the query less that token.
+Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromPersistent(
+    const PromptScope& scope, std::span<const int32_t> tokens, int64_t reused, PromptCacheTier tier,
+    const std::function<Result<std::optional<Loaded>>(size_t)>& load) {
   const int64_t q = static_cast<int64_t>(tokens.size());
+  const bool server = options_.memory_policy == MemoryPolicy::kServer;
   for (int64_t query : {q, q - 1}) {
     if (query < 1) break;
-    KV_ASSIGN_OR_RETURN(auto disk, options_.disk->FetchLongestPrefix(model, tokens.first(static_cast<size_t>(query))));
-    if (!disk || std::min(disk->length, q - 1) <= reused) break;
-    auto cache = std::make_shared<const PromptCache>(std::move(disk->cache));
-    KV_ASSIGN_OR_RETURN(auto hit, Serve({cache, disk->length, disk->length, PromptCacheTier::kDisk}, tokens));
+    KV_ASSIGN_OR_RETURN(std::optional<Loaded> got, load(static_cast<size_t>(query)));
+    const int64_t serves = got ? (server ? std::min(got->length, q - 1) : got->length) : 0;
+    if (!got || serves <= reused) break;
+    auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
+    KV_ASSIGN_OR_RETURN(auto hit, Serve({entry, got->length, serves, tier, got->foreign_tokens}));
     if (hit) {
-      Remember(model.digest().ToHex(), tokens.first(static_cast<size_t>(disk->length)), *cache);
+      if (server) Link(scope.memory_key, tokens.first(static_cast<size_t>(got->length)), entry, CacheType::kAssistant);
       return hit;
     }
-    if (disk->length < q) break;
+    if (!server || got->length < q) break;
   }
   return std::optional<Hit>();
+}
+
+Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const PromptScope& scope,
+                                                                       std::span<const int32_t> tokens) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t q = static_cast<int64_t>(tokens.size());
+  const bool server = options_.memory_policy == MemoryPolicy::kServer;
+  bool asked_disk = false, asked_shared = false, unknown_model = false;
+  Result<std::optional<Hit>> result = [&]() -> Result<std::optional<Hit>> {
+    KV_ASSIGN_OR_RETURN(std::optional<Hit> best, FromMemory(scope.memory_key, tokens));
+    if (q == 0 || (best && !server)) return best;  // mlx-lm: a memory hit is final
+    auto reused = [&] { return best ? best->reused : 0; };
+    std::shared_lock<std::shared_mutex> l(tiers_mu_);
+    if (tiers_closed_ || (options_.disk == nullptr && options_.shared == nullptr)) return best;
+    if (!scope.model) {
+      unknown_model = !best;
+      return best;
+    }
+    if (PromptCacheStore* disk = options_.disk; disk != nullptr && (!server || reused() < q - 1)) {
+      asked_disk = true;
+      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(scope, tokens, reused(), PromptCacheTier::kDisk,
+                                                   [&](size_t n) -> Result<std::optional<Loaded>> {
+                                                     KV_ASSIGN_OR_RETURN(auto got, disk->FetchLongestPrefix(
+                                                                                       *scope.model, tokens.first(n)));
+                                                     if (!got) return std::optional<Loaded>();
+                                                     return Loaded{std::move(got->cache), got->length, 0};
+                                                   }));
+      if (hit) best = std::move(hit);
+    }
+    // The shared tier holds whole chunks only: asked when they could serve more.
+    if (SharedPromptCache* shared = options_.shared;
+        shared != nullptr && q / shared->chunk_tokens() * shared->chunk_tokens() > reused()) {
+      asked_shared = true;
+      const int64_t have = reused();
+      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(scope, tokens, have, PromptCacheTier::kShared,
+                                                   [&](size_t n) -> Result<std::optional<Loaded>> {
+                                                     KV_ASSIGN_OR_RETURN(auto got, shared->Fetch(*scope.model,
+                                                                                                 tokens.first(n), have));
+                                                     if (!got) return std::optional<Loaded>();
+                                                     return Loaded{std::move(got->cache), got->tokens,
+                                                                   got->foreign_tokens};
+                                                   }));
+      if (hit) best = std::move(hit);
+    }
+    return best;
+  }();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  Count(result.ok() ? *result : std::nullopt, seconds, asked_disk, asked_shared, unknown_model);
+  return result;
 }
 
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const ModelFingerprint& model,
                                                                        std::span<const int32_t> tokens) {
-  const int64_t q = static_cast<int64_t>(tokens.size());
-  KV_ASSIGN_OR_RETURN(std::optional<Hit> best, FromMemory(model.digest().ToHex(), tokens));
-  auto reused = [&] { return best ? best->reused : 0; };
-  if (options_.disk != nullptr && reused() < q - 1) {
-    KV_ASSIGN_OR_RETURN(auto hit, FromDisk(model, tokens, reused()));
-    if (hit) best = std::move(hit);
-  }
-  SharedPromptCache* shared = options_.shared;
-  if (shared != nullptr && q / shared->chunk_tokens() * shared->chunk_tokens() > reused()) {
-    // A chunk boundary at the very end of the query must give one token
-    // back: when the layers cannot, ask for the boundary before it.
-    for (size_t query : {tokens.size(), tokens.size() - 1}) {
-      KV_ASSIGN_OR_RETURN(auto got, shared->Fetch(model, tokens.first(query), reused()));
-      if (!got) break;
-      auto cache = std::make_shared<const PromptCache>(std::move(got->cache));
-      KV_ASSIGN_OR_RETURN(auto hit, Serve({cache, got->tokens, got->tokens, PromptCacheTier::kShared,
-                                           got->foreign_tokens}, tokens));
-      if (hit) {
-        Remember(model.digest().ToHex(), tokens.first(static_cast<size_t>(got->tokens)), *cache);
-        best = std::move(hit);
-        break;
-      }
-      if (got->tokens < q) break;
-    }
-  }
-  Count(best);
-  return best;
+  return Fetch(PromptScope{model.digest().ToHex(), model}, tokens);
 }
 
-Status ServerPromptCache::Insert(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                                 const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
-  if (tokens.empty()) return Status::InvalidArgument("ServerPromptCache: empty token key");
-  KV_RETURN_IF_ERROR(model.Check(cache));
-  KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("ServerPromptCache"));
-  for (const PromptCacheCheckpoint& cp : checkpoints) {
-    if (cp.tokens < 1 || cp.tokens > static_cast<int64_t>(tokens.size())) {
-      return Status::InvalidArgument("ServerPromptCache: a checkpoint at " + std::to_string(cp.tokens) +
-                                     " tokens is outside the prompt");
-    }
-    KV_RETURN_IF_ERROR(model.Check(cp.cache));
-    KV_RETURN_IF_ERROR(CheckLeafTokens(cp.cache, cp.tokens)
-                           .WithPrefix("ServerPromptCache: checkpoint at " + std::to_string(cp.tokens) + " tokens"));
-  }
-  const std::string key = model.digest().ToHex();
-  Remember(key, tokens, cache);
-  for (const PromptCacheCheckpoint& cp : checkpoints) Remember(key, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache);
-  if (options_.disk != nullptr) {
-    KV_RETURN_IF_ERROR(options_.disk->Put(model, tokens, cache));
-    for (const PromptCacheCheckpoint& cp : checkpoints) {
-      KV_RETURN_IF_ERROR(options_.disk->Put(model, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache));
-    }
-  }
-  if (options_.shared != nullptr) KV_RETURN_IF_ERROR(options_.shared->Insert(model, tokens, cache, checkpoints));
-  return Status::OK();
-}
-
-ServerPromptCache::Stats ServerPromptCache::stats() const {
+void ServerPromptCache::Count(const std::optional<Hit>& hit, double seconds, bool asked_disk, bool asked_shared,
+                              bool unknown_model) {
+  const int64_t bytes = !hit ? 0 : hit->entry ? hit->entry->bytes() : CacheBytes(hit->cache);
   std::lock_guard<std::mutex> l(mu_);
-  Stats s = stats_;
-  s.entries = memory_->entries();
-  s.bytes = memory_->bytes();
-  return s;
+  counts_.fetches += 1;
+  counts_.unknown_model_fetches += unknown_model ? 1 : 0;
+  const bool asked[] = {true, asked_disk, asked_shared};
+  for (size_t i = 0; i < kNumPromptCacheTiers; ++i) {
+    const bool served = hit && static_cast<size_t>(hit->tier) == i;
+    if (asked[i] && !served) counts_.tiers[i].misses += 1;
+  }
+  if (!hit) {
+    counts_.fetch_latency[kNumPromptCacheTiers].Record(seconds);
+    return;
+  }
+  TierMetrics& t = counts_.tier(hit->tier);
+  t.hits += 1;
+  t.tokens_served += hit->reused;
+  t.bytes_served += bytes;
+  counts_.fetch_latency[static_cast<size_t>(hit->tier)].Record(seconds);
 }
 
 }  // namespace kvstore

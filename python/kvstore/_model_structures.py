@@ -9,12 +9,17 @@ insert, and every fetch before it would miss.
 The file is a hint: a hostile or broken one is ignored (logged), and every entry the disk
 tier serves is still checked against the fingerprint used. A process that knows better
 (an insert of its own, or ``register_model``) overrides it.
+
+No lock: the table is one dict (each get and set is atomic under the GIL), and each write
+goes through a temp file of its own, so threads remembering at once each replace the file
+with a complete snapshot of the table (a change made meanwhile reaches the file with the
+next write, or is learned again from the next insert after a restart).
 """
 
+import itertools
 import json
 import logging
 import os
-import threading
 
 from . import _kvstore
 
@@ -28,26 +33,24 @@ _MAX_FILE_BYTES = 16 << 20
 class StoredStructures:
     def __init__(self, directory):
         self._path = os.path.join(os.fspath(directory), FILE_NAME)
-        self._lock = threading.Lock()
+        self._writes = itertools.count()  # temp file names (next() is atomic under the GIL)
         self._by_name = self._read()
 
     def get(self, name):
         """The last fingerprint stored for the model named ``name``, or None."""
-        with self._lock:
-            return self._by_name.get(name)
+        return self._by_name.get(name)
 
     def remember(self, name, fingerprint):
         """Record ``fingerprint`` as what ``name`` makes now; writes the file (atomically)
         only when that changes what it says."""
-        with self._lock:
-            current = self._by_name.get(name)
-            if current is not None and current == fingerprint:
-                return
-            self._by_name[name] = fingerprint
-            try:
-                self._write()
-            except OSError as e:
-                log.warning("kvstore: cannot record the cache structure in %s: %s", self._path, e)
+        current = self._by_name.get(name)
+        if current is not None and current == fingerprint:
+            return
+        self._by_name[name] = fingerprint
+        try:
+            self._write(dict(self._by_name))
+        except OSError as e:
+            log.warning("kvstore: cannot record the cache structure in %s: %s", self._path, e)
 
     def _read(self):
         try:
@@ -75,9 +78,9 @@ class StoredStructures:
             log.warning("kvstore: ignoring %s: %s", self._path, e)
             return {}
 
-    def _write(self):
-        doc = {"version": _VERSION, "models": {name: fp.json for name, fp in sorted(self._by_name.items())}}
-        tmp = "%s.kvtmp-%d-models" % (self._path, os.getpid())
+    def _write(self, by_name):
+        doc = {"version": _VERSION, "models": {name: fp.json for name, fp in sorted(by_name.items())}}
+        tmp = "%s.kvtmp-%d-%d-models" % (self._path, os.getpid(), next(self._writes))
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f)
             f.flush()

@@ -1,10 +1,9 @@
 """TieredPromptCache: mlx_lm.server's LRUPromptCache with disk and Redis tiers behind it."""
 
 import copy
+import itertools
 import logging
 import os
-import queue
-import threading
 import warnings
 import weakref
 
@@ -16,52 +15,6 @@ from ._model_structures import StoredStructures
 log = logging.getLogger("kvstore")
 
 _INT64_MAX = (1 << 63) - 1
-
-
-class _TierWriter:
-    """Writes entries to the disk and shared tiers on one background thread, in order."""
-
-    def __init__(self, tiers, max_pending=8):
-        self._tiers = tiers  # [(name, tier with put(model, tokens, layers))]
-        self._queue = queue.Queue(maxsize=max_pending)
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kvstore-tier-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, model, tokens, layers):
-        # Blocks while max_pending writes wait; after close() (another thread, or
-        # interpreter exit) the write is dropped instead of waiting for ever.
-        while not self._closed.is_set():
-            try:
-                self._queue.put((model, tokens, layers), timeout=0.1)
-                return
-            except queue.Full:
-                continue
-        log.warning("kvstore: a persistent-tier write after close() was dropped")
-
-    def flush(self):
-        self._queue.join()
-
-    def close(self):
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        self._queue.put(None)  # the writer drains what was queued before it
-        self._thread.join()
-
-    def _run(self):
-        while True:
-            job = self._queue.get()
-            try:
-                if job is None:
-                    return
-                for name, tier in self._tiers:
-                    try:
-                        tier(*job)
-                    except Exception as e:  # a failed write loses a cache, never the server
-                        log.warning("kvstore: %s tier write failed: %s", name, e)
-            finally:
-                self._queue.task_done()
 
 
 def _deprecated_alias(old_name, old_value, name, value, default):
@@ -77,17 +30,23 @@ def _deprecated_alias(old_name, old_value, name, value, default):
 class TieredPromptCache:
     """A drop-in for mlx_lm.server's ``LRUPromptCache``, with persistent tiers behind it.
 
-    The memory tier is mlx-lm's LRUPromptCache policy (the same trie search, tiers by
-    ``cache_type``, prefix removal and eviction; fetches return deep copies), so memory
-    hits are exactly what LRUPromptCache returns. On a memory miss the disk tier
-    (``directory``, at most ``disk_bytes``) and then the shared tier (``redis``, a
-    ``redis://[USER:PASSWORD@]HOST:PORT`` URL) serve the longest reusable prefix of the
-    tokens (a stored prefix, or on disk a longer trimmable entry trimmed to the common
-    prefix), verified before use; a corrupt, unreadable or unreachable entry is a miss
-    (logged or counted), never an exception. Inserts go to memory at once and to the
-    persistent tiers on a background thread; ``close()`` (also on ``with`` exit and at
-    interpreter exit) flushes them. A server restarted on the same directory serves its
-    old prefixes.
+    A binding of kvstore's C++ tier coordinator (``ServerPromptCache``), which decides
+    between the tiers for C++ servers too. Its memory tier runs mlx-lm's LRUPromptCache
+    policy (the same trie search, tiers by ``cache_type``, prefix removal and eviction;
+    fetches return deep copies), so memory hits are exactly what LRUPromptCache returns.
+    On a memory miss the disk tier (``directory``, at most ``disk_bytes``) and then the
+    shared tier (``redis``, a ``redis://[USER:PASSWORD@]HOST:PORT`` URL; asked only when
+    whole chunks of ``redis_chunk_tokens`` could serve more than the disk) serve the
+    longest reusable prefix of the tokens (a stored prefix, or a longer trimmable entry
+    trimmed to the common prefix), verified before use; a corrupt, unreadable or
+    unreachable entry is a miss (logged or counted), never an exception. Inserts go to
+    memory at once and are queued in C++ for the persistent tiers (at most
+    ``disk_queue`` caches wait for the disk; a full queue drops the write and counts
+    it); ``flush()`` waits for them, ``close()`` (also on ``with`` exit, when the object
+    is collected, and at interpreter exit) flushes and releases the directory and the
+    connections. A server restarted on the same directory serves its old prefixes.
+    ``metrics_text()`` (and ``kvstore.metrics.PromptCacheCollector``) report every
+    counter in the Prometheus text format.
 
     The persistent tiers key every entry by a model fingerprint: the model key's stable
     name plus the structure of the caches the model produces (class, dtype, KV heads,
@@ -101,97 +60,105 @@ class TieredPromptCache:
     until its first insert it would otherwise be served the previous structure's caches
     (the K/V of the same weights and tokens, in the previous cache classes).
 
-    Every method is thread-safe. MLX itself binds arrays to the stream of the thread that
-    made them (MLX 0.32 raises "There is no Stream(cpu, 0) in current thread"
-    elsewhere), so call it from the thread that runs the model, as mlx_lm.server does;
-    the writer thread never touches MLX.
+    Every method is thread-safe, and the GIL is released while the tiers work. MLX
+    binds arrays to the stream of the thread that made them (MLX 0.32 raises "There is
+    no Stream(cpu, 0) in current thread" elsewhere), so call it from the thread that
+    runs the model, as mlx_lm.server does: copies and conversions to MLX happen on the
+    calling thread, and the C++ writers never touch MLX objects, only the buffers they
+    view.
     """
 
     def __init__(self, max_size=10, max_bytes=1 << 63, *, directory=None, disk_bytes=16 << 30, redis=None,
-                 redis_key_prefix="kvstore:", redis_secret=None, redis_chunk_tokens=256, redis_namespace=None):
+                 redis_key_prefix="kvstore:", redis_secret=None, redis_chunk_tokens=256, disk_queue=64,
+                 redis_namespace=None):
         redis_key_prefix = _deprecated_alias("redis_namespace", redis_namespace, "redis_key_prefix",
                                              redis_key_prefix, "kvstore:")
         if redis_secret is None:
             redis_secret = os.environ.get(_kvstore.SHARED_SECRET_ENV)  # as kvtool and prompt_cache_sim
         self.max_size = max_size
         self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._memory = _kvstore.MemoryIndex(min(max_size, _INT64_MAX), min(max_bytes, _INT64_MAX))
-        self._model_keys = {}
+        self._model_keys = {}  # model key -> the memory tier's key ("m<n>")
+        self._key_numbers = itertools.count()
         self._model_ids = {}  # model key -> stable name (or None), taken once per process
         self._fingerprints = {}  # stable name -> the ModelFingerprint the model produces now
-        self._unknown_model_misses = 0
-        self._chunk_tokens = redis_chunk_tokens
-        self._disk = self._shared = self._writer = self._stored_structures = None
-        tiers = []
+        self._disk = self._shared = self._stored_structures = None
         if directory is not None:
             directory = _kvstore.expand_user(os.fspath(directory))  # "~/.cache/..." is the home's
             self._disk = _kvstore.DiskStore(directory, min(disk_bytes, _INT64_MAX))
             self._stored_structures = StoredStructures(directory)
-            tiers.append(("disk", self._disk.put))
         if redis is not None:
             try:
                 self._shared = _kvstore.SharedTier(os.fspath(redis), redis_key_prefix, redis_secret,
-                                                   redis_chunk_tokens)
+                                                   redis_chunk_tokens, async_insert=True)
             except BaseException:
-                _close_tiers(None, self._disk, None)
+                _close(None, self._disk, None)
                 raise
-            tiers.append(("shared", self._shared.insert))
-        if tiers:
-            self._writer = _TierWriter(tiers)
+        self._persistent = self._disk is not None or self._shared is not None
+        self._core = _kvstore.ServerPromptCache(min(max_size, _INT64_MAX), min(max_bytes, _INT64_MAX),
+                                                policy="mlx-lm", disk=self._disk, shared=self._shared,
+                                                disk_queue=disk_queue)
         # Flushes and closes the tiers on close(), when the object is collected, or at
         # interpreter exit, whichever comes first.
-        self._finalizer = weakref.finalize(self, _close_tiers, self._writer, self._disk, self._shared)
+        self._finalizer = weakref.finalize(self, _close, self._core, self._disk, self._shared)
 
     # ---- LRUPromptCache's interface ----
 
     def __len__(self):
-        with self._lock:
-            return len(self._memory)
+        return len(self._core)
 
     @property
     def nbytes(self):
-        with self._lock:
-            return self._memory.nbytes
+        return self._core.nbytes
 
     def fetch_nearest_cache(self, model, tokens):
         """(a private copy of the nearest cache or None, the tokens still to process)."""
-        with self._lock:
-            entry, entry_tokens, n_remaining = self._memory.fetch(self._memory_key(model), tokens)
+        fingerprint = self._fingerprint_for(model) if self._persistent else None
+        hit = self._core.fetch(self._memory_key(model), fingerprint, tokens)
+        if hit is None:
+            return None, tokens
+        entry, entry_tokens, layers, reused, tier = hit
+        rest = tokens[reused:] if reused < len(tokens) else []
         if entry is not None:
             cache = copy.deepcopy(entry)
-            prefix = len(tokens) - n_remaining
-            if entry_tokens > prefix:  # a longer entry, trimmed to the common prefix
+            if entry_tokens > reused:  # a longer entry, trimmed to the common prefix
                 for c in cache:
-                    c.trim(entry_tokens - prefix)
-            return cache, (tokens[prefix:] if n_remaining else [])
-        return self._fetch_persistent(model, tokens)
+                    c.trim(entry_tokens - reused)
+            return cache, rest
+        try:
+            return caches_from_layers(layers), rest
+        except Exception as e:
+            log.warning("kvstore: %s tier miss after an error: %s", tier, e)
+            return None, tokens
 
     def insert_cache(self, model, tokens, prompt_cache, *, cache_type="assistant"):
         """Store ``prompt_cache`` for (model, tokens); do not modify it afterwards."""
-        nbytes = [c.nbytes for c in prompt_cache]
-        trimmable = [bool(c.is_trimmable()) for c in prompt_cache]
-        with self._lock:
-            self._memory.insert(self._memory_key(model), tokens, prompt_cache, nbytes, trimmable, cache_type)
-        writer = self._writer  # once: close() on another thread may clear it
-        if writer is None or len(tokens) == 0:
-            return  # the persistent tiers serve no empty prefix
-        found = self._fingerprint_of(model, prompt_cache)
-        if found is not None:
-            fingerprint, layers = found
-            writer.submit(fingerprint, list(tokens), layers)
+        key = self._memory_key(model)
+        nbytes = sum(c.nbytes for c in prompt_cache)
+        trimmable = all(c.is_trimmable() for c in prompt_cache)  # mlx-lm's can_trim_prompt_cache
+        name = layers = None
+        if self._persistent and len(tokens) > 0:  # the persistent tiers serve no empty prefix
+            name = self._model_id(model)
+            if name is not None:
+                try:
+                    layers = layers_from_caches(prompt_cache)  # evaluates MLX arrays on this thread
+                except Exception as e:
+                    log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), e)
+        fingerprint, why = self._core.insert(key, name, tokens, prompt_cache, min(nbytes, _INT64_MAX), trimmable,
+                                             cache_type, layers, self._fingerprints.get(name))
+        if why is not None:
+            log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), why)
+        if fingerprint is not None:
+            self._remember(name, fingerprint)
 
     def trim_to(self, *, n_sequences=None, n_bytes=None):
         """Evict from memory until at most n_sequences entries and n_bytes remain."""
-        with self._lock:
-            self._memory.trim_to(
-                None if n_sequences is None else min(n_sequences, _INT64_MAX),
-                None if n_bytes is None else min(n_bytes, _INT64_MAX),
-            )
+        self._core.trim_to(
+            None if n_sequences is None else min(n_sequences, _INT64_MAX),
+            None if n_bytes is None else min(n_bytes, _INT64_MAX),
+        )
 
     def stats_by_type(self):
-        with self._lock:
-            return self._memory.stats_by_type()
+        return self._core.stats_by_type()
 
     # ---- the persistent tiers ----
 
@@ -200,34 +167,43 @@ class TieredPromptCache:
         like ``prompt_cache`` (a cache it made, holding at least one token), so the
         persistent tiers serve it before this process has inserted anything.
         Returns the ModelFingerprint, or None when the key has no stable name."""
-        found = self._fingerprint_of(model, prompt_cache, strict=True)
-        return None if found is None else found[0]
+        name = self._model_id(model)
+        if name is None:
+            return None
+        fingerprint = _kvstore.ModelFingerprint.of(name, layers_from_caches(prompt_cache))
+        self._remember(name, fingerprint)
+        return fingerprint
 
     def disk_stats(self):
         """{"entries", "bytes", "corrupt_dropped", "mismatched_dropped",
         "fingerprint_refused", "last_refusal", "unknown_model_misses"} of the disk tier,
         or None without one."""
-        if self._disk is None:
-            return None
         d = self._disk
+        if d is None:
+            return None
         return {"entries": d.entries, "bytes": d.bytes, "corrupt_dropped": d.corrupt_dropped,
                 "mismatched_dropped": d.mismatched_dropped, "fingerprint_refused": d.fingerprint_refused,
-                "last_refusal": d.last_refusal, "unknown_model_misses": self._unknown_model_misses}
+                "last_refusal": d.last_refusal, "unknown_model_misses": self._core.unknown_model_fetches()}
 
     def shared_stats(self):
         """The shared tier's counters (fetches, hits, corrupt, forged, mismatched,
         backend_errors, chunks_written, ...), or None without one."""
-        return None if self._shared is None else self._shared.stats()
+        shared = self._shared
+        return None if shared is None else shared.stats()
+
+    def metrics_text(self):
+        """Every counter of the tiers in the Prometheus text exposition format
+        (kvstore/prompt_cache_metrics.h lists the families)."""
+        return self._core.metrics_text()
 
     def flush(self):
         """Wait until every insert so far is in the persistent tiers."""
-        writer = self._writer
-        if writer is not None:
-            writer.flush()
+        self._core.flush()
 
     def close(self):
-        """Flush pending writes and release the directory and connections. Idempotent."""
-        self._writer = self._disk = self._shared = None
+        """Flush pending writes and release the directory and connections. Idempotent;
+        the memory tier stays usable (later inserts are not persisted, counted as drops)."""
+        self._disk = self._shared = None
         self._finalizer()
 
     def __enter__(self):
@@ -240,78 +216,36 @@ class TieredPromptCache:
         # Exactly the dict equality mlx-lm's trie uses for models.
         key = self._model_keys.get(model)
         if key is None:
-            key = self._model_keys.setdefault(model, "m%d" % len(self._model_keys))
+            key = self._model_keys.setdefault(model, "m%d" % next(self._key_numbers))
         return key
 
     def _model_id(self, model):
-        with self._lock:
-            if model not in self._model_ids:
-                self._model_ids[model] = model_id(model)
+        try:
             return self._model_ids[model]
+        except KeyError:
+            return self._model_ids.setdefault(model, model_id(model))
 
-    def _fingerprint_of(self, model, prompt_cache, strict=False):
-        """(fingerprint, layers) of a cache ``model`` made, remembered as what it produces
-        now; None when the model has no stable name or the cache no shapes (not strict)."""
+    def _remember(self, name, fingerprint):
+        """Record ``fingerprint`` as what the model named ``name`` produces now."""
+        self._fingerprints[name] = fingerprint
+        if self._stored_structures is not None:
+            self._stored_structures.remember(name, fingerprint)
+
+    def _fingerprint_for(self, model):
+        """The fingerprint the persistent tiers serve ``model`` under, or None."""
         name = self._model_id(model)
         if name is None:
             return None
-        try:
-            layers = layers_from_caches(prompt_cache)  # evaluates MLX arrays on this thread
-            fingerprint = _kvstore.ModelFingerprint.of(name, layers)
-        except Exception as e:
-            if strict:
-                raise
-            log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), e)
-            return None
-        with self._lock:
-            self._fingerprints[name] = fingerprint
-        if self._stored_structures is not None:
-            self._stored_structures.remember(name, fingerprint)
-        return fingerprint, layers
-
-    def _fetch_persistent(self, model, tokens):
-        disk, shared = self._disk, self._shared
-        if (disk is None and shared is None) or len(tokens) == 0:
-            return None, tokens
-        name = self._model_id(model)
-        with self._lock:
-            fingerprint = self._fingerprints.get(name) if name is not None else None
-        if fingerprint is None and name is not None and self._stored_structures is not None:
+        fingerprint = self._fingerprints.get(name)
+        if fingerprint is None and self._stored_structures is not None:
             # What the model made when it last inserted (before a restart).
             fingerprint = self._stored_structures.get(name)
-        if fingerprint is None:
-            with self._lock:
-                self._unknown_model_misses += 1
-            return None, tokens  # nothing says what this model's caches look like
-        tokens_list = list(tokens)
-        best = _ask("disk", lambda: disk.fetch(fingerprint, tokens_list)) if disk is not None else None
-        have = best[0] if best else 0
-        if shared is not None and len(tokens) // self._chunk_tokens * self._chunk_tokens > have:
-            # The shared tier holds whole chunks only: asked when it could beat the disk.
-            longer = _ask("shared", lambda: shared.fetch(fingerprint, tokens_list, best[0] if best else 0))
-            best = longer or best
-        if best is None:
-            return None, tokens
-        length, layers = best
-        try:
-            return caches_from_layers(layers), (tokens[length:] if length < len(tokens) else [])
-        except Exception as e:
-            log.warning("kvstore: persistent tier miss after an error: %s", e)
-            return None, tokens
+        return fingerprint
 
 
-def _ask(tier, fetch):
-    """A tier's hit, or None: the server path never raises for a persistent tier."""
-    try:
-        return fetch()
-    except Exception as e:
-        log.warning("kvstore: %s tier miss after an error: %s", tier, e)
-        return None
-
-
-def _close_tiers(writer, disk, shared):
-    if writer is not None:
-        writer.close()
+def _close(core, disk, shared):
+    if core is not None:
+        core.close()  # flushes the queued writes first
     if disk is not None:
         disk.close()
     if shared is not None:

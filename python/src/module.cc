@@ -13,8 +13,8 @@ PYBIND11_MODULE(_kvstore, m) {
   kvstore::python::RegisterLayer(m);
   kvstore::python::RegisterFileApi(m);
   kvstore::python::RegisterConvertApi(m);
-  kvstore::python::RegisterMemoryIndex(m);
   kvstore::python::RegisterModelFingerprint(m);
   kvstore::python::RegisterDiskStore(m);
   kvstore::python::RegisterSharedTier(m);
+  kvstore::python::RegisterServerPromptCache(m);
 }

@@ -1,7 +1,8 @@
 // kvstore._kvstore.SharedTier: the shared tier (SharedPromptCache on a Redis
 // KvBackend) for TieredPromptCache. Inserts run synchronously on the caller's
-// thread (TieredPromptCache calls them from its writer thread); every value
-// read is checked against the fingerprint and tokens asked for, and backend
+// thread, or with async_insert on the tier's own writer thread (bounded
+// queue, drops counted: what TieredPromptCache uses); every value read is
+// checked against the fingerprint and tokens asked for, and backend
 // failures are misses. The GIL is released while the network is used.
 #include <pybind11/stl.h>
 
@@ -27,13 +28,13 @@ class PySharedTier {
  public:
   // `secret` None: no seal; "" is refused (InvalidArgumentError) before connecting.
   PySharedTier(const std::string& url, const std::string& key_prefix, std::optional<std::string> secret,
-               int64_t chunk_tokens, std::optional<int> compression_level) {
+               int64_t chunk_tokens, std::optional<int> compression_level, bool async_insert) {
     SharedPromptCacheOptions options;
     options.key_prefix = key_prefix;
     options.chunk_tokens = chunk_tokens;
     options.secret = std::move(secret);
     options.compression_level = compression_level;
-    options.async_insert = false;
+    options.async_insert = async_insert;
     ThrowIfError(SharedPromptCache::CheckOptions(options));
     redacted_url_ = RedactedRedisUrl(Unwrap(ParseRedisUrl(url)));
     RedisOptions redis;
@@ -112,12 +113,20 @@ class PySharedTier {
 
 }  // namespace
 
+std::shared_ptr<SharedPromptCache> SharedTierOf(py::handle shared) { return shared.cast<const PySharedTier&>().Get(); }
+
 void RegisterSharedTier(py::module_& m) {
   py::class_<PySharedTier>(m, "SharedTier", "Prompt-cache chunks in Redis, shared by every server (the shared tier).")
-      .def(py::init<const std::string&, const std::string&, std::optional<std::string>, int64_t, std::optional<int>>(),
+      .def(py::init<const std::string&, const std::string&, std::optional<std::string>, int64_t, std::optional<int>,
+                    bool>(),
            py::arg("url"), py::arg("key_prefix") = "kvstore:", py::arg("secret") = py::none(),
-           py::arg("chunk_tokens") = 256, py::arg("compression_level") = py::none())
+           py::arg("chunk_tokens") = 256, py::arg("compression_level") = py::none(), py::arg("async_insert") = false)
       .def("insert", &PySharedTier::Insert, py::arg("model"), py::arg("tokens"), py::arg("layers"))
+      .def("flush", [](PySharedTier& t) {
+        std::shared_ptr<SharedPromptCache> shared = t.Get();
+        py::gil_scoped_release release;
+        shared->Flush();
+      })
       .def("fetch", &PySharedTier::Fetch, py::arg("model"), py::arg("tokens"), py::arg("min_tokens") = 0)
       .def("stats", &PySharedTier::Stats)
       .def("close", &PySharedTier::Close)

@@ -75,6 +75,8 @@ class PyDiskStore {
 
 }  // namespace
 
+std::shared_ptr<PromptCacheStore> DiskStoreOf(py::handle disk) { return disk.cast<const PyDiskStore&>().Get(); }
+
 void RegisterDiskStore(py::module_& m) {
   py::class_<PyDiskStore>(m, "DiskStore", "A directory of verified prompt-cache files (the disk tier).")
       .def(py::init<const std::filesystem::path&, int64_t>(), py::arg("directory"), py::arg("max_bytes"))

@@ -1,5 +1,5 @@
-// The building blocks of kvstore.mlx_lm.TieredPromptCache: the memory tier's
-// index (MemoryIndex, mlx-lm's LRUPromptCache policy over Python cache
+// The building blocks of kvstore.mlx_lm.TieredPromptCache: the coordinator
+// (ServerPromptCache, kvstore/server_prompt_cache.h, over Python cache
 // objects), the disk tier (DiskStore, PromptCacheStore), the shared tier
 // (SharedTier, SharedPromptCache on Redis) and the ModelFingerprint both key by.
 #ifndef KVSTORE_PYTHON_PY_TIERS_H_
@@ -7,7 +7,11 @@
 
 #include <pybind11/pybind11.h>
 
+#include <memory>
+
 #include "kvstore/cache.h"
+#include "kvstore/prompt_cache_store.h"
+#include "kvstore/shared_prompt_cache.h"
 #include "kvstore/status.h"
 #include "python/src/py_errors.h"
 #include "python/src/py_layer.h"
@@ -27,7 +31,12 @@ void StoreLayers(pybind11::handle layers, Store store) {
   ThrowIfError(s);
 }
 
-void RegisterMemoryIndex(pybind11::module_& m);
+// The tier behind a DiskStore or SharedTier object; FailedPreconditionError
+// when it is closed, TypeError for another object. REQUIRES: the GIL held.
+std::shared_ptr<PromptCacheStore> DiskStoreOf(pybind11::handle disk);
+std::shared_ptr<SharedPromptCache> SharedTierOf(pybind11::handle shared);
+
+void RegisterServerPromptCache(pybind11::module_& m);
 void RegisterDiskStore(pybind11::module_& m);
 void RegisterModelFingerprint(pybind11::module_& m);
 void RegisterSharedTier(pybind11::module_& m);

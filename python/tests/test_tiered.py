@@ -362,18 +362,19 @@ def test_interface_details(mlx_cache, mx, tmp_path):
 
 def test_writes_after_close_are_dropped_never_raised_or_blocked(mlx_cache, mx, tmp_path):
     # close() may run on another thread (or at interpreter exit) while the model thread
-    # still inserts: an insert then stays in memory, and a write reaching the closed
-    # writer is dropped instead of blocking on a queue nobody reads.
+    # still inserts: an insert then stays in memory, and its persistent write is dropped
+    # (counted) instead of blocking on a queue nobody reads.
     import threading
 
     cache = TieredPromptCache(directory=tmp_path / "store")
-    writer = cache._writer
-    cache.close()
+    closer = threading.Thread(target=cache.close)
+    closer.start()
+    closer.join()
     done = threading.Event()
 
     def late_writes():
-        for i in range(20):  # more than the writer's queue holds
-            writer.submit(None, [i], [])
+        for i in range(100):  # more than the disk queue holds
+            cache.insert_cache(MODEL, [i, i + 1], [NumpyKVCache([i, i + 1])])
         done.set()
 
     threading.Thread(target=late_writes, daemon=True).start()
@@ -381,6 +382,112 @@ def test_writes_after_close_are_dropped_never_raised_or_blocked(mlx_cache, mx, t
     cache.insert_cache(MODEL, [1, 2, 3], make_cache(mlx_cache, mx, [1, 2, 3], "kv"))
     got, rest = cache.fetch_nearest_cache(MODEL, [1, 2, 3])
     assert got is not None and rest == []
+    drops = [line for line in cache.metrics_text().splitlines()
+             if line.startswith('kvstore_prompt_cache_write_queue_drops_total{tier="disk"}')]
+    assert drops == ['kvstore_prompt_cache_write_queue_drops_total{tier="disk"} 101']
+
+
+def test_the_package_starts_no_thread_and_keeps_no_queue():
+    import ast
+    import pathlib
+
+    sources = sorted(pathlib.Path(kvstore.__file__).parent.glob("*.py"))
+    assert len(sources) >= 8
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) else [])
+            assert not {"threading", "queue"} & {n.split(".")[0] for n in names if n}, (path.name, names)
+
+
+def test_metrics_count_every_tier_and_the_collector_exports_them(mlx_cache, mx, tmp_path):
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from kvstore.metrics import PromptCacheCollector
+
+    store, prompts = store_kv_prompts(mlx_cache, mx, tmp_path)
+    with TieredPromptCache(directory=store) as cache:
+        cache.fetch_nearest_cache(MODEL, prompts[-1] + [99])  # disk
+        cache.insert_cache(MODEL, prompts[0], make_cache(mlx_cache, mx, prompts[0], "kv"))
+        cache.fetch_nearest_cache(MODEL, prompts[0] + [99])  # memory
+        cache.fetch_nearest_cache(MODEL, [77, 78])  # miss
+        cache.flush()
+        registry = prometheus_client.CollectorRegistry()
+        registry.register(PromptCacheCollector(cache))
+        value = registry.get_sample_value
+        assert value("kvstore_prompt_cache_fetches_total") == 3
+        assert value("kvstore_prompt_cache_hits_total", {"tier": "memory"}) == 1
+        assert value("kvstore_prompt_cache_hits_total", {"tier": "disk"}) == 1
+        assert value("kvstore_prompt_cache_misses_total", {"tier": "disk"}) == 1
+        assert value("kvstore_prompt_cache_tokens_served_total", {"tier": "disk"}) == len(prompts[-1])
+        assert value("kvstore_prompt_cache_writes_total", {"tier": "disk"}) == 1
+        assert value("kvstore_prompt_cache_bytes_written_total", {"tier": "disk"}) > 0
+        assert value("kvstore_prompt_cache_entries", {"tier": "disk"}) == len(prompts)
+        assert value("kvstore_prompt_cache_fetch_duration_seconds_count", {"result": "miss"}) == 1
+        assert value("kvstore_prompt_cache_fetch_duration_seconds_bucket", {"result": "disk", "le": "+Inf"}) == 1
+        text = prometheus_client.generate_latest(registry).decode()
+        assert "# TYPE kvstore_prompt_cache_fetch_duration_seconds histogram" in text
+        assert cache.metrics_text().count("# HELP ") == text.count("# HELP ")
+
+
+def test_the_package_and_its_metrics_import_without_prometheus_client():
+    code = """
+import sys
+sys.modules["prometheus_client"] = None  # as if not installed
+import kvstore, kvstore.mlx_lm, kvstore.metrics
+c = kvstore.mlx_lm.TieredPromptCache()
+assert "kvstore_prompt_cache_fetches_total 0" in c.metrics_text()
+try:
+    kvstore.metrics.PromptCacheCollector(c).collect()
+except ImportError:
+    print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=dict(os.environ))
+    assert out.stdout.strip() == "ok"
+
+
+def test_the_gil_is_released_while_the_disk_tier_works(mlx_cache, mx, tmp_path):
+    # With a switch interval far longer than the test, a Python thread that yields after
+    # every step runs only while the main thread has released the GIL itself. It must make
+    # progress during fetches that load and verify 40 MB from disk.
+    import threading
+    import time
+
+    import numpy as np
+
+    tokens = list(range(1, 20001))
+    big = NumpyKVCache([1])
+    big.keys = np.ones((1, 1, len(tokens), 512), dtype=np.float16)
+    big.values, big.offset = big.keys, len(tokens)
+    with TieredPromptCache(directory=tmp_path / "store") as cache:
+        cache.insert_cache(MODEL, tokens, [big])
+        cache.flush()
+        cache.trim_to(n_sequences=0)
+        ticks, stop, started = [0], threading.Event(), threading.Event()
+
+        def count():
+            started.set()
+            while not stop.is_set():
+                ticks[0] += 1
+                time.sleep(1e-4)  # hands the GIL back
+
+        interval = sys.getswitchinterval()
+        counter = threading.Thread(target=count)
+        counter.start()
+        started.wait()
+        sys.setswitchinterval(1000)
+        try:
+            during = 0
+            key, fingerprint = cache._memory_key(MODEL), cache._fingerprint_for(MODEL)
+            for _ in range(3):
+                before = ticks[0]
+                hit = cache._core.fetch(key, fingerprint, tokens + [5])  # the coordinator's call alone
+                during += ticks[0] - before
+                assert hit[3] == len(tokens) and hit[4] == "disk"
+        finally:
+            sys.setswitchinterval(interval)
+            stop.set()
+            counter.join()
+        assert during > 0
 
 
 def test_a_directory_under_tilde_is_in_the_home_directory(tmp_path, monkeypatch):

@@ -39,9 +39,12 @@ if [[ $mode == shared ]]; then
   fi
   prefix="simtest:$$:"
   for target in "$url" "$cluster"; do
-    "$sim" "${args[@]}" --redis "$target" --key-prefix "$prefix" --processes 3 --requests 300 > "$dir/run.out" ||
-      fail "run on $target exited non-zero: $(cat "$dir/run.out")"
+    "$sim" "${args[@]}" --redis "$target" --key-prefix "$prefix" --processes 3 --requests 300 \
+      --metrics "$dir/run.prom" > "$dir/run.out" || fail "run on $target exited non-zero: $(cat "$dir/run.out")"
     check "$dir/run.out"
+    # The three workers' counters, summed by the parent.
+    [[ $(awk '$1 == "kvstore_prompt_cache_fetches_total" { print $2 }' "$dir/run.prom") == 300 ]] ||
+      fail "metrics: fetches_total is not the 300 requests: $(head -3 "$dir/run.prom")"
     grep -Eq '^shared_hits: [1-9][0-9]* tokens ' "$dir/run.out" || fail "no shared hits: $(cat "$dir/run.out")"
     grep -Eq '^dedup: 0\.[0-9]+$' "$dir/run.out" || fail "no dedup: $(cat "$dir/run.out")"
     grep -q 'processes 3' "$dir/run.out" || fail "not 3 processes"
@@ -98,7 +101,8 @@ for node in single cluster1; do
 done
 
 # Values corrupted behind the servers' back, during the run.
-"$sim" "${args[@]}" --redis "$url" --processes 3 --requests 1000000 --seconds 4 > "$dir/setrange.out" &
+"$sim" "${args[@]}" --redis "$url" --processes 3 --requests 1000000 --seconds 4 --metrics "$dir/setrange.prom" \
+  > "$dir/setrange.out" &
 pid=$!
 for round in $(seq 30); do
   sleep 0.1
@@ -111,6 +115,9 @@ check "$dir/setrange.out"
 refused=$(( $(field "$dir/setrange.out" corrupt) + $(field "$dir/setrange.out" forged) +
             $(field "$dir/setrange.out" mismatched) + 0 ))
 ((refused > 0)) || fail "setrange: nothing refused: $(grep '^shared' "$dir/setrange.out")"
+refused_metric=$(awk 'index($1, "kvstore_prompt_cache_refused_total{tier=\"shared\"") == 1 { s += $2 } END { print s + 0 }' \
+  "$dir/setrange.prom")
+((refused_metric == refused)) || fail "setrange: refused_total says $refused_metric, the summary $refused"
 
 # Out of memory: maxmemory far below the working set, allkeys-lru evicting.
 cli "$single_port" flushall > /dev/null

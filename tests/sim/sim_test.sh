@@ -15,9 +15,24 @@ check() {  # check OUTPUT_FILE: zero mismatches and corrupt entries served
   grep -q '^mismatches: 0$' "$1" || fail "mismatches in $(cat "$1")"
   grep -q '^corrupt_served: 0$' "$1" || fail "corrupt served in $(cat "$1")"
 }
+metric() { awk -v n="$2" '$1 == n { print $2 }' "$1"; }  # metric FILE 'NAME{LABELS}': its value
+metric_sum() { awk -v n="$2" 'index($1, n) == 1 { s += $2 } END { print s + 0 }' "$1"; }  # over NAME's series
+# check_metrics PROM OUT REQUESTS: the --metrics file agrees with the summary.
+check_metrics() {
+  [[ -s $1 ]] || { fail "no metrics file $1"; return; }
+  (($(grep -c '^# TYPE kvstore_prompt_cache_' "$1") >= 14)) || fail "families missing: $(grep '^# TYPE' "$1")"
+  [[ $(metric "$1" kvstore_prompt_cache_fetches_total) == "$3" ]] || fail "fetches_total != $3: $(head -3 "$1")"
+  local hits
+  hits=$(sed -n 's/^hits: \([0-9]*\) .*/\1/p' "$2")
+  [[ $(metric_sum "$1" 'kvstore_prompt_cache_hits_total{') == "$hits" ]] || fail "hits_total != $hits"
+  [[ $(metric_sum "$1" kvstore_prompt_cache_fetch_duration_seconds_count) == "$3" ]] || fail "histogram count != $3"
+  [[ $(metric "$1" 'kvstore_prompt_cache_fetch_duration_seconds_bucket{result="miss",le="+Inf"}') == \
+     $(metric "$1" 'kvstore_prompt_cache_fetch_duration_seconds_count{result="miss"}') ]] || fail "+Inf bucket != count"
+}
 
 if [[ $mode == short ]]; then
-  "$sim" --threads 2 --requests 300 --seed 1 > "$dir/short.out" || fail "short run exited non-zero"
+  "$sim" --threads 2 --requests 300 --seed 1 --metrics "$dir/short.prom" > "$dir/short.out" ||
+    fail "short run exited non-zero"
   check "$dir/short.out"
   grep -q '^hit_rate: ' "$dir/short.out" || fail "no hit_rate line"
   # Hits are counted in requests, shared_hits in tokens: each line says so.
@@ -27,10 +42,15 @@ if [[ $mode == short ]]; then
   "$sim" --redis redis://127.0.0.1 --processes 3 --requests 10 > "$dir/badurl.out" 2>&1; rc=$?
   [[ $rc == 2 && $(grep -c 'redis url: the port is missing' "$dir/badurl.out") == 1 ]] &&
     ! grep -q '^processes:' "$dir/badurl.out" || fail "bad --redis URL (exit $rc): $(cat "$dir/badurl.out")"
+  check_metrics "$dir/short.prom" "$dir/short.out" 300
+  "$sim" --threads 1 --requests 5 --metrics "$dir/no/such/dir/m.prom" > /dev/null 2>&1
+  [[ $? == 2 ]] || fail "an unwritable metrics file did not fail the run"
   # Three servers sharing a sealed chunk tier, each with its own memory.
-  "$sim" --threads 2 --requests 300 --seed 1 --processes 3 --chunk-tokens 16 --secret s > "$dir/shared.out" ||
-    fail "shared run exited non-zero: $(cat "$dir/shared.out")"
+  "$sim" --threads 2 --requests 300 --seed 1 --processes 3 --chunk-tokens 16 --secret s \
+    --metrics "$dir/shared.prom" > "$dir/shared.out" || fail "shared run exited non-zero: $(cat "$dir/shared.out")"
   check "$dir/shared.out"
+  check_metrics "$dir/shared.prom" "$dir/shared.out" 300
+  (($(metric "$dir/shared.prom" 'kvstore_prompt_cache_hits_total{tier="shared"}') > 0)) || fail "no shared-tier hits counted"
   grep -Eq '^shared_hits: [1-9][0-9]* tokens ' "$dir/shared.out" || fail "no shared hits: $(cat "$dir/shared.out")"
   grep -Eq '^dedup: 0\.[0-9]+$' "$dir/shared.out" || fail "no dedup line: $(cat "$dir/shared.out")"
   if ((failures)); then echo "$failures failures"; exit 1; fi
@@ -56,7 +76,7 @@ fault() { rm -rf "${dir:?}/$1" && cp -r "$dir/base" "$dir/$1"; }
 fault_args=(--threads 1 --requests 100 --max-entries 0 --tail-tokens 0 --seed 5)
 # run NAME: the base run's traffic again on $dir/NAME.
 run() {
-  "$sim" "${fault_args[@]}" --store "$dir/$1" > "$dir/$1.out" ||
+  "$sim" "${fault_args[@]}" --store "$dir/$1" --metrics "$dir/$1.prom" > "$dir/$1.out" ||
     fail "$1: run exited non-zero: $(cat "$dir/$1.out")"
   check "$dir/$1.out"
 }
@@ -92,6 +112,8 @@ if [[ $mode == faults ]]; then
   set_field "$dir/swapped" "$s2_file" 3 "$s1_bytes"
   run swapped
   grep -Eq ' [1-9][0-9]* mismatched dropped' "$dir/swapped.out" || fail "swapped: not counted: $(grep '^disk' "$dir/swapped.out")"
+  (($(metric "$dir/swapped.prom" 'kvstore_prompt_cache_refused_total{tier="disk",reason="wrong_key"}') > 0)) ||
+    fail "swapped: no wrong_key refusal in the metrics"
 
   # The same exchange without a manifest: both names disagree at open.
   fault swapped_scan
