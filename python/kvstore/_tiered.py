@@ -71,6 +71,16 @@ class TieredPromptCache:
     def __init__(self, max_size=10, max_bytes=1 << 63, *, directory=None, disk_bytes=16 << 30, redis=None,
                  redis_key_prefix="kvstore:", redis_secret=None, redis_chunk_tokens=256, disk_queue=64,
                  redis_namespace=None):
+        """A cache of at most ``max_size`` entries and ``max_bytes`` bytes in memory, as
+        LRUPromptCache(max_size, max_bytes).
+
+        directory: the disk tier's folder (``~`` expanded), holding at most ``disk_bytes``; redis: the shared tier's ``redis://[USER:PASSWORD@]HOST:PORT`` URL,
+        its keys under ``redis_key_prefix``, sealed with ``redis_secret`` (default: the
+        KVSTORE_SHARED_SECRET environment variable) in chunks of ``redis_chunk_tokens``;
+        disk_queue: how many inserts may wait for the disk. ``redis_namespace`` is a deprecated
+        alias of ``redis_key_prefix``. Raises as kvstore does when a tier cannot be opened
+        (e.g. PermissionDeniedError when Redis refuses the login).
+        """
         redis_key_prefix = _deprecated_alias("redis_namespace", redis_namespace, "redis_key_prefix",
                                              redis_key_prefix, "kvstore:")
         if redis_secret is None:
@@ -104,10 +114,12 @@ class TieredPromptCache:
     # ---- LRUPromptCache's interface ----
 
     def __len__(self):
+        """The number of entries in the memory tier."""
         return len(self._core)
 
     @property
     def nbytes(self):
+        """Bytes of the caches in the memory tier (their nbytes)."""
         return self._core.nbytes
 
     def fetch_nearest_cache(self, model, tokens):
@@ -158,6 +170,7 @@ class TieredPromptCache:
         )
 
     def stats_by_type(self):
+        """{cache_type: {"n_sequences", "n_bytes"}} of the memory tier, as LRUPromptCache's."""
         return self._core.stats_by_type()
 
     # ---- the persistent tiers ----
@@ -207,9 +220,11 @@ class TieredPromptCache:
         self._finalizer()
 
     def __enter__(self):
+        """The cache itself; leaving the ``with`` block closes it."""
         return self
 
     def __exit__(self, *exc):
+        """close(): flush pending writes and release the tiers."""
         self.close()
 
     def _memory_key(self, model):

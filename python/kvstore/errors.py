@@ -27,15 +27,20 @@ class Error(Exception):
 
 
 class InvalidArgumentError(Error, ValueError):
+    """A bad argument, or a cache state that breaks its class's rules (kvtool exit 1)."""
+
     exit_code = 1
     code = "InvalidArgument"
 
 
 class NotFoundError(Error, FileNotFoundError):
+    """A missing file (a FileNotFoundError with errno ENOENT; kvtool exit 2)."""
+
     exit_code = 2
     code = "NotFound"
 
     def __init__(self, message=""):
+        """The error for `message`, which str() returns as it is."""
         # errno.ENOENT makes it a proper FileNotFoundError; str() stays the message.
         super().__init__(_errno.ENOENT, message)
 
@@ -44,28 +49,40 @@ class NotFoundError(Error, FileNotFoundError):
 
 
 class FileIOError(Error, OSError):
+    """The operating system refused (open, write, fsync, rename), or an output is not a
+    regular file (kvtool exit 2)."""
+
     exit_code = 2
     code = "IOError"
 
 
 class PermissionDeniedError(Error, PermissionError):
-    """Redis refused the credentials (WRONGPASS, NOAUTH) or its ACL a command or key (NOPERM)."""
+    """Redis refused the credentials (WRONGPASS, NOAUTH) or its ACL a command or key
+    (NOPERM; kvtool exit 2)."""
 
     exit_code = 2
     code = "PermissionDenied"
 
 
 class CorruptionError(Error):
+    """Bytes that fail a structural or integrity check: a malformed file, a file that is
+    not safetensors, a digest mismatch (kvtool exit 3)."""
+
     exit_code = 3
     code = "Corruption"
 
 
 class NotSupportedError(Error):
+    """A valid request this cache class, layout or build cannot do (kvtool exit 4)."""
+
     exit_code = 4
     code = "NotSupported"
 
 
 class FailedPreconditionError(NotSupportedError):
+    """A request the state of its input forbids, e.g. verifying a file that has no digests
+    (kvtool exit 4)."""
+
     exit_code = 4
     code = "FailedPrecondition"
 

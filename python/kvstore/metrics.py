@@ -20,12 +20,15 @@ class PromptCacheCollector:
     """A prometheus_client collector of one TieredPromptCache's counters."""
 
     def __init__(self, cache):
+        """Collect the counters of ``cache`` (a TieredPromptCache) at every scrape."""
         self._cache = cache
 
     def collect(self):
+        """The metric families of the cache's ``metrics_text()`` (prometheus_client calls it)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         return list(text_string_to_metric_families(self._cache.metrics_text()))
 
     def describe(self):
+        """No families: they are known only when collected, so registering collects nothing."""
         return []  # families are known at collection only; registering does not collect

@@ -150,9 +150,22 @@ void RegisterConvertApi(py::module_& m) {
   m.def("convert", &Convert, py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("compress") = py::none(),
         py::arg("codec") = py::none(), py::arg("integrity") = py::none(), py::arg("layout") = py::none(),
         py::arg("quantize") = py::none(), py::arg("dequantize") = false, py::arg("gpu_rounding") = false,
-        py::arg("dtype") = py::none(), py::arg("threads") = 0);
+        py::arg("dtype") = py::none(), py::arg("threads") = 0,
+        R"doc(Rewrite a prompt-cache file, as `kvtool convert`; None keeps what the input has.
+
+compress: False decompresses, True the default zstd level, an int a level; codec:
+"zstd" or "byteplane"; integrity: add (True) or drop (False) the digests; layout:
+one of kvstore._kvstore.LAYOUTS; quantize: bits, (bits, group) or "BITS[:GROUP]";
+dequantize: back to plain KV caches; dtype: "F16", "BF16" or "F32". The output is
+written atomically. Raises InvalidArgumentError for bad arguments and as load does.)doc");
   m.def("trim", &Trim, py::arg("src"), py::arg("dst"), py::arg("n") = py::none(), py::kw_only(),
-        py::arg("keep") = py::none(), py::arg("threads") = 0);
+        py::arg("keep") = py::none(), py::arg("threads") = 0,
+        R"doc(Drop the last n tokens of every layer (or keep only the first `keep`), as `kvtool trim`.
+
+Give exactly one of n and keep. Writes dst atomically in src's format and returns
+the number of tokens dropped (of the first layer). Raises InvalidArgumentError for
+bad arguments and NotSupportedError for a layer that cannot be trimmed (nothing
+is written then).)doc");
 }
 
 }  // namespace kvstore::python

@@ -217,7 +217,9 @@ class PyServerPromptCache {
 
 void RegisterServerPromptCache(py::module_& m) {
   py::class_<PyServerPromptCache>(m, "ServerPromptCache",
-                                  "The tier coordinator behind TieredPromptCache (kvstore/server_prompt_cache.h).")
+                                  
+                                  "Internal (used by kvstore.mlx_lm.TieredPromptCache): the tier coordinator "
+                                  "(kvstore/server_prompt_cache.h).")
       .def(py::init<int64_t, int64_t, const std::string&, py::object, py::object, size_t, int64_t>(),
            py::arg("max_size"), py::arg("max_bytes"), py::kw_only(), py::arg("policy") = "mlx-lm",
            py::arg("disk") = py::none(), py::arg("shared") = py::none(), py::arg("disk_queue") = 64,

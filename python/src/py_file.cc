@@ -226,18 +226,31 @@ std::optional<int> ParseCompression(py::handle compress, ZstdCodec codec) {
 }
 
 void RegisterFileApi(py::module_& m) {
-  py::class_<PyCacheFile>(m, "CacheFile", "A loaded prompt-cache file (see kvstore.load).")
-      .def_property_readonly("path", &PyCacheFile::path)
-      .def_property_readonly("layers", &PyCacheFile::layers)
-      .def_property_readonly("metadata", &PyCacheFile::metadata)
-      .def_property_readonly("info", &PyCacheFile::info)
-      .def_property_readonly("layout", [](const PyCacheFile& f) { return std::string(LayoutName(f.loaded().layout)); })
-      .def_property_readonly("compressed", [](const PyCacheFile& f) { return f.loaded().compressed; })
-      .def_property_readonly("has_digests", [](const PyCacheFile& f) { return f.loaded().has_digests; })
-      .def_property_readonly("verified", [](const PyCacheFile& f) { return f.loaded().verified; })
-      .def("__len__", [](const PyCacheFile& f) { return py::len(f.layers()); })
-      .def("__getitem__", [](const PyCacheFile& f, py::object i) { return f.layers()[i]; })
-      .def("__iter__", [](const PyCacheFile& f) { return py::iter(f.layers()); })
+  py::class_<PyCacheFile>(m, "CacheFile", R"doc(
+A loaded prompt-cache file, as kvstore.load returns it: its layers, user
+metadata and format. Immutable; len(f), f[i] and iteration go over f.layers.)doc")
+      .def_property_readonly("path", &PyCacheFile::path, "The path it was loaded from (str, '~' expanded).")
+      .def_property_readonly("layers", &PyCacheFile::layers, "The cache layers (list of kvstore.Layer).")
+      .def_property_readonly("metadata", &PyCacheFile::metadata,
+                             "The user metadata (dict of str to str; kvstore's own keys left out).")
+      .def_property_readonly("info", &PyCacheFile::info,
+                             "The dict `kvtool inspect --json` prints (reads the header again, once).")
+      .def_property_readonly(
+          "layout", [](const PyCacheFile& f) { return std::string(LayoutName(f.loaded().layout)); },
+          "The file's layout: \"mlx-lm\", \"mlx-lm-0.31\" or \"mlx-swift-lm\".")
+      .def_property_readonly("compressed", [](const PyCacheFile& f) { return f.loaded().compressed; },
+                             "True for a kvstore zstd container.")
+      .def_property_readonly("has_digests", [](const PyCacheFile& f) { return f.loaded().has_digests; },
+                             "True when the file stores SHA-256 digests of its tensors.")
+      .def_property_readonly("verified", [](const PyCacheFile& f) { return f.loaded().verified; },
+                             "True when the digests were checked at load (load(..., verify=True)).")
+      .def("__len__", [](const PyCacheFile& f) { return py::len(f.layers()); }, "The number of layers.")
+      .def(
+          "__getitem__",
+          [](const PyCacheFile& f, const py::object& index) -> py::object { return f.layers()[index]; },
+          py::arg("index"), "f.layers[index]: a kvstore.Layer (or a list of them for a slice).")
+      .def("__iter__", [](const PyCacheFile& f) -> py::object { return py::iter(f.layers()); },
+           "Iterates over the layers.")
       .def("__repr__", [](const PyCacheFile& f) {
         return "kvstore.CacheFile('" + f.path() + "', " + std::to_string(py::len(f.layers())) + " layers)";
       });
@@ -247,16 +260,39 @@ void RegisterFileApi(py::module_& m) {
   m.attr("DEFAULT_LAYOUT") = std::string(LayoutName(SavePromptCacheOptions{}.layout));  // docs/compat.md
   const ZstdLevelRange levels = ZstdLevels();
   m.attr("ZSTD_LEVELS") = py::make_tuple(levels.min, levels.max);  // compress= takes these, from libzstd
-  m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("verify") = false, py::arg("threads") = 0);
+  m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("verify") = false, py::arg("threads") = 0,
+        R"doc(Load a prompt-cache file (mlx-lm, mlx-swift-lm or kvstore; plain or compressed).
+
+Costs O(header): the tensors are read-only views of the file mapping. verify=True
+checks the SHA-256 digests first (CorruptionError naming the tensor on a mismatch,
+FailedPreconditionError without digests); threads: 0 picks a default.
+Returns a kvstore.CacheFile; raises NotFoundError, CorruptionError, NotSupportedError.)doc");
   m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
         py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,
-        py::arg("layout") = py::none(), py::arg("threads") = 0);
+        py::arg("layout") = py::none(), py::arg("threads") = 0,
+        R"doc(Write layers to a prompt-cache file atomically (temp file, fsync, rename).
+
+layers: kvstore.Layer objects, a CacheFile, objects with class_name, state and
+meta_state, or (class_name, state, meta_state) tuples; metadata: dict of str to str.
+compress: None/False plain safetensors, True the default zstd level, an int a level;
+codec: "zstd" or "byteplane"; integrity adds SHA-256 digests; layout: None for
+kvstore.DEFAULT_LAYOUT, or one of kvstore._kvstore.LAYOUTS.
+Raises InvalidArgumentError for bad arguments or layers, FileIOError when writing fails.)doc");
   m.def("is_kvstore_metadata_key", [](const std::string& key) { return IsKvstoreMetadataKey(key); },
         py::arg("key"), "True for the metadata keys kvstore itself writes (kvstore_format, digests).");
   m.def("expand_user", [](const std::filesystem::path& path) { return UserPath(path); }, py::arg("path"),
         "The path with a leading '~' expanded as kvstore expands every path argument.");
-  m.def("inspect", &Inspect, py::arg("path"), py::kw_only(), py::arg("verify") = false);
-  m.def("verify", &Verify, py::arg("path"), py::kw_only(), py::arg("threads") = 0);
+  m.def("inspect", &Inspect, py::arg("path"), py::kw_only(), py::arg("verify") = false,
+        R"doc(What `kvtool inspect --json [--verify]` prints about a file, as a dict.
+
+Reads the header only, unless verify=True also checks the digests. Raises as
+kvtool exits (CorruptionError, FailedPreconditionError without digests, ...),
+with the dict attached to the exception as .info.)doc");
+  m.def("verify", &Verify, py::arg("path"), py::kw_only(), py::arg("threads") = 0,
+        R"doc(Check every tensor of a file against its SHA-256 digests, as `kvtool verify`.
+
+Returns {"path", "bytes_hashed"}; raises CorruptionError on a mismatch (file,
+tensor, expected and found digest) and FailedPreconditionError without digests.)doc");
 }
 
 }  // namespace kvstore::python

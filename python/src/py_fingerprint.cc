@@ -15,8 +15,9 @@ namespace kvstore::python {
 
 void RegisterModelFingerprint(py::module_& m) {
   py::class_<ModelFingerprint>(m, "ModelFingerprint", R"doc(
-What makes two prompt caches interchangeable: a model id plus, per layer, the
-cache class, dtype, KV heads, head dims, quantization, window and chunk sizes
+Internal (used by kvstore.mlx_lm.TieredPromptCache). What makes two prompt
+caches interchangeable: a model id plus, per layer, the cache class, dtype, KV
+heads, head dims, quantization, window and chunk sizes
 (kvstore/model_fingerprint.h). Immutable.)doc")
       .def_static(
           "of",

@@ -44,13 +44,19 @@ the class's from_state would and raises InvalidArgumentError otherwise.)doc")
       .def(py::init([](py::object class_name, py::object state, py::object meta_state) {
              return PyLayer(CacheFromPython(py::make_tuple(class_name, state, meta_state)));
            }),
-           py::arg("class_name"), py::arg("state"), py::arg("meta_state") = py::str(""))
-      .def_property_readonly("class_name", [](const PyLayer& l) { return std::string(l.cache()->class_name()); })
-      .def_property_readonly("state", &PyLayer::state)
-      .def_property_readonly("meta_state", &PyLayer::meta_state)
+           py::arg("class_name"), py::arg("state"), py::arg("meta_state") = py::str(""),
+           "Build and check one layer (InvalidArgumentError naming the class and rule when invalid).")
+      .def_property_readonly(
+          "class_name", [](const PyLayer& l) { return std::string(l.cache()->class_name()); },
+          "The mlx-lm cache class: \"KVCache\", \"RotatingKVCache\", \"QuantizedKVCache\", ...")
+      .def_property_readonly("state", &PyLayer::state,
+                             "The arrays: nested lists of kvstore.Tensor (or None), as mlx-lm's state.")
+      .def_property_readonly("meta_state", &PyLayer::meta_state,
+                             "Nested lists of str, as mlx-lm's meta_state.")
       .def_property_readonly("offset", [](const PyLayer& l) { return l.cache()->offset(); },
-                             "tokens seen, or None for classes without a scalar offset")
-      .def_property_readonly("nbytes", [](const PyLayer& l) { return Unwrap(l.cache()->Nbytes()); })
+                             "Tokens seen, or None for classes without a scalar offset.")
+      .def_property_readonly("nbytes", [](const PyLayer& l) { return Unwrap(l.cache()->Nbytes()); },
+                             "Bytes of the layer's arrays, as mlx-lm's cache.nbytes.")
       .def("__repr__", [](const PyLayer& l) {
         return "kvstore.Layer(" + std::string(l.cache()->class_name()) + ", meta_state=" +
                l.cache()->meta_state().DebugString() + ")";

@@ -116,7 +116,9 @@ class PySharedTier {
 std::shared_ptr<SharedPromptCache> SharedTierOf(py::handle shared) { return shared.cast<const PySharedTier&>().Get(); }
 
 void RegisterSharedTier(py::module_& m) {
-  py::class_<PySharedTier>(m, "SharedTier", "Prompt-cache chunks in Redis, shared by every server (the shared tier).")
+  py::class_<PySharedTier>(m, "SharedTier", 
+                              "Internal (used by kvstore.mlx_lm.TieredPromptCache): the shared tier, prompt-cache "
+                              "chunks in Redis shared by every server.")
       .def(py::init<const std::string&, const std::string&, std::optional<std::string>, int64_t, std::optional<int>,
                     bool>(),
            py::arg("url"), py::arg("key_prefix") = "kvstore:", py::arg("secret") = py::none(),

@@ -78,7 +78,9 @@ class PyDiskStore {
 std::shared_ptr<PromptCacheStore> DiskStoreOf(py::handle disk) { return disk.cast<const PyDiskStore&>().Get(); }
 
 void RegisterDiskStore(py::module_& m) {
-  py::class_<PyDiskStore>(m, "DiskStore", "A directory of verified prompt-cache files (the disk tier).")
+  py::class_<PyDiskStore>(m, "DiskStore", 
+                              "Internal (used by kvstore.mlx_lm.TieredPromptCache): the disk tier, a directory of "
+                              "verified prompt-cache files.")
       .def(py::init<const std::filesystem::path&, int64_t>(), py::arg("directory"), py::arg("max_bytes"))
       .def("put", &PyDiskStore::Put, py::arg("model"), py::arg("tokens"), py::arg("layers"))
       .def("fetch", &PyDiskStore::Fetch, py::arg("model"), py::arg("tokens"))

@@ -146,7 +146,8 @@ copying; dtype reinterprets elements of the same size (e.g. uint16 as "BF16").)d
              if (dtype) as = ParseDTypeName(*dtype);
              return PyTensor(ArrayFromPython(obj, as));
            }),
-           py::arg("obj"), py::arg("dtype") = py::none())
+           py::arg("obj"), py::arg("dtype") = py::none(),
+           "Wrap a buffer-protocol or DLPack object without copying; dtype (e.g. \"BF16\") reinterprets it.")
       .def_buffer([](PyTensor& t) {
         const Array& a = t.array();
         std::vector<py::ssize_t> shape(a.shape().begin(), a.shape().end());
@@ -155,25 +156,37 @@ copying; dtype reinterprets elements of the same size (e.g. uint16 as "BF16").)d
         return py::buffer_info(const_cast<std::byte*>(a.data()), static_cast<py::ssize_t>(a.itemsize()),
                                BufferFormat(a.dtype()), a.ndim(), shape, strides, /*readonly=*/true);
       })
-      .def_property_readonly("dtype", [](const PyTensor& t) { return std::string(DTypeName(t.array().dtype())); })
-      .def_property_readonly("shape", [](const PyTensor& t) { return py::tuple(py::cast(t.array().shape())); })
-      .def_property_readonly("ndim", [](const PyTensor& t) { return t.array().ndim(); })
-      .def_property_readonly("itemsize", [](const PyTensor& t) { return t.array().itemsize(); })
-      .def_property_readonly("nbytes", [](const PyTensor& t) { return t.array().nbytes(); })
-      .def("tobytes", [](const PyTensor& t) {
-        std::vector<std::byte> bytes = t.array().ToBytes();
-        return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      })
+      .def_property_readonly(
+          "dtype", [](const PyTensor& t) { return std::string(DTypeName(t.array().dtype())); },
+          "The element type as safetensors names it: \"F16\", \"BF16\", \"F32\", \"U32\", ...")
+      .def_property_readonly(
+          "shape", [](const PyTensor& t) { return py::tuple(py::cast(t.array().shape())); },
+          "The dimensions (tuple of int).")
+      .def_property_readonly("ndim", [](const PyTensor& t) { return t.array().ndim(); }, "The number of dimensions.")
+      .def_property_readonly("itemsize", [](const PyTensor& t) { return t.array().itemsize(); },
+                             "Bytes per element.")
+      .def_property_readonly("nbytes", [](const PyTensor& t) { return t.array().nbytes(); },
+                             "Bytes of all elements (itemsize times the element count).")
+      .def(
+          "tobytes",
+          [](const PyTensor& t) {
+            std::vector<std::byte> bytes = t.array().ToBytes();
+            return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          },
+          "A copy of the elements in C order (bytes; BF16 as its bit patterns).")
       .def("astype", [](const PyTensor& t, const std::string& dtype) {
         return PyTensor(Unwrap(t.array().AsType(ParseDTypeName(dtype))));
       }, py::arg("dtype"), "A converted copy (F16, BF16, F32, F64 and integer types).")
       // CPU memory needs no stream. Never a writable pointer into read-only
       // storage: see ToDLPack.
       .def("__dlpack__", &TensorDLPack, py::kw_only(), py::arg("stream") = py::none(),
-           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+           "A DLPack capsule (CPU only): zero-copy and read-only for DLPack >= 1.0 consumers, a copy for "
+           "legacy ones (docs/python.md, DLPack).")
       .def("_dlpack_view", [](const PyTensor& t) { return ToDLPackView(t.array()); },
            "A zero-copy legacy DLPack capsule for consumers that copy what they import (mx.array).")
-      .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(dlpack::kDLCPU, 0); })
+      .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(dlpack::kDLCPU, 0); },
+           "(1, 0): the CPU, DLPack's device of every kvstore tensor.")
       .def("__repr__", [](const PyTensor& t) { return "kvstore.Tensor(" + t.array().Describe() + ")"; });
 }
 
