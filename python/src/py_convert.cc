@@ -61,8 +61,9 @@ void ParseQuantize(py::handle quantize, LayerTransform& t) {
   }
 }
 
-void Convert(const std::filesystem::path& in_path, const std::filesystem::path& out_path, py::handle compress, std::optional<std::string> codec,
-             std::optional<bool> integrity, std::optional<std::string> layout, py::handle quantize,
+void Convert(const std::filesystem::path& in_path, const std::filesystem::path& out_path, const py::object& compress,
+             std::optional<std::string> codec, std::optional<bool> integrity, std::optional<std::string> layout,
+             const py::object& quantize,
              bool dequantize, bool gpu_rounding, std::optional<std::string> dtype, int threads) {
   const std::string in = UserPath(in_path), out = UserPath(out_path);
   LayerTransform transform;

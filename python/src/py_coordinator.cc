@@ -102,7 +102,7 @@ class PyServerPromptCache {
   // KeyError for an unknown cache_type, before any change.
   py::tuple Insert(const std::string& key, const std::optional<std::string>& model_name,
                    const std::vector<int32_t>& tokens, py::object caches, int64_t nbytes, bool trimmable,
-                   const std::string& cache_type, py::handle layers, const std::optional<ModelFingerprint>& known) {
+                   const std::string& cache_type, const py::object& layers, const std::optional<ModelFingerprint>& known) {
     const Result<CacheType> type = ParseCacheType(cache_type);
     if (!type.ok()) throw py::key_error(cache_type);  // mlx-lm's KeyError
     auto entry = std::make_shared<PyEntry>(std::move(caches), nbytes, trimmable);

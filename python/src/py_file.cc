@@ -78,7 +78,8 @@ py::object Load(const std::filesystem::path& file, bool verify, int threads) {
   return py::cast(PyCacheFile(path, Unwrap(std::move(loaded))));
 }
 
-void Save(const std::filesystem::path& file, py::handle layers, py::handle metadata, py::handle compress,
+void Save(const std::filesystem::path& file, const py::object& layers, const py::object& metadata,
+          const py::object& compress,
           const std::string& codec, bool integrity, const std::optional<std::string>& layout, int threads) {
   const std::string path = UserPath(file);
   SavePromptCacheOptions options;  // layout: the library's default for saves from scratch unless asked

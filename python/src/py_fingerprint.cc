@@ -21,7 +21,7 @@ heads, head dims, quantization, window and chunk sizes
 (kvstore/model_fingerprint.h). Immutable.)doc")
       .def_static(
           "of",
-          [](const std::string& model_id, py::handle layers) {
+          [](const std::string& model_id, const py::object& layers) {
             return Unwrap(ModelFingerprint::Of(model_id, LayersFromPython(layers)));
           },
           py::arg("model_id"), py::arg("layers"),
@@ -36,7 +36,7 @@ heads, head dims, quantization, window and chunk sizes
       .def_property_readonly("digest", [](const ModelFingerprint& f) { return f.digest().ToHex(); })
       .def("difference_from", &ModelFingerprint::DifferenceFrom, py::arg("other"),
            "The first difference from `other` (this first), or '' when equal.")
-      .def("__eq__", [](const ModelFingerprint& a, const ModelFingerprint& b) { return a == b; })
+      .def("__eq__", [](const ModelFingerprint& a, const ModelFingerprint& b) { return a == b; }, py::arg("other"))
       .def("__hash__", [](const ModelFingerprint& f) { return py::hash(py::str(f.digest().ToHex())); })
       .def("__repr__", [](const ModelFingerprint& f) { return "kvstore.ModelFingerprint(" + f.json() + ")"; });
 }

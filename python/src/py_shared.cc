@@ -54,7 +54,7 @@ class PySharedTier {
 
   ~PySharedTier() { Close(); }
 
-  void Insert(const ModelFingerprint& model, const std::vector<int32_t>& tokens, py::handle layers) {
+  void Insert(const ModelFingerprint& model, const std::vector<int32_t>& tokens, const py::object& layers) {
     std::shared_ptr<SharedPromptCache> shared = Get();
     StoreLayers(layers, [&](const PromptCache& cache) { return shared->Insert(model, tokens, cache); });
   }

@@ -36,7 +36,7 @@ class PyDiskStore {
   }
 
   // InvalidArgumentError when the layers do not match `model`.
-  void Put(const ModelFingerprint& model, const std::vector<int32_t>& tokens, py::handle layers) {
+  void Put(const ModelFingerprint& model, const std::vector<int32_t>& tokens, const py::object& layers) {
     std::shared_ptr<PromptCacheStore> store = Get();
     StoreLayers(layers, [&](const PromptCache& cache) { return store->Put(model, tokens, cache); });
   }

@@ -141,7 +141,7 @@ A read-only n-dimensional array over kvstore storage (often a file mapping).
 Zero-copy through the buffer protocol (BF16 as uint16 bit patterns) and DLPack.
 Tensor(obj, dtype=None) wraps a buffer-protocol or DLPack object without
 copying; dtype reinterprets elements of the same size (e.g. uint16 as "BF16").)doc")
-      .def(py::init([](py::handle obj, std::optional<std::string> dtype) {
+      .def(py::init([](const py::object& obj, std::optional<std::string> dtype) {
              std::optional<DType> as;
              if (dtype) as = ParseDTypeName(*dtype);
              return PyTensor(ArrayFromPython(obj, as));
