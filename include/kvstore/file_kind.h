@@ -10,11 +10,17 @@
 #define KVSTORE_FILE_KIND_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 
 namespace kvstore {
+
+// The magics of the kinds named by their first four bytes, as little-endian
+// u32s (the engines' readers check them too).
+inline constexpr uint32_t kGgufMagic = 0x46554747;        // "GGUF"
+inline constexpr uint32_t kLlamaStateMagic = 0x67677371;  // 'ggsq'
 
 enum class FileKind {
   kUnknown,           // none below: a safetensors file, or something unrecognised

@@ -35,11 +35,11 @@
 
 #include "kvstore/dtype.h"
 #include "kvstore/env.h"
+#include "kvstore/file_kind.h"  // kLlamaStateMagic
 #include "kvstore/status.h"
 
 namespace kvstore {
 
-inline constexpr uint32_t kLlamaStateMagic = 0x67677371;  // 'ggsq' as a little-endian u32
 inline constexpr uint32_t kLlamaStateVersion = 2;
 // llama.cpp runs at most LLAMA_MAX_SEQ (256) streams; anything far above is hostile.
 inline constexpr uint32_t kLlamaStateMaxStreams = 4096;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvstore/file_kind.h"  // kGgufMagic
 #include "kvstore/status.h"
 
 namespace kvstore::engines {
@@ -33,7 +34,6 @@ struct GgufValue {
   std::vector<int64_t> ints;  // kArray of integers with at most kMaxKeptArray elements
 };
 
-inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" as a little-endian u32
 inline constexpr uint64_t kMaxKeptArray = 4096;
 // Keys are short in practice; a longer one is refused as corrupt.
 inline constexpr uint64_t kMaxGgufKeyBytes = 65536;

@@ -5,10 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kvstore/llama_state.h"
 #include "kvstore/safetensors.h"
 #include "kvstore/zstd_seekable.h"
-#include "libkvstore/engines/gguf_metadata.h"
 
 namespace kvstore {
 namespace {
@@ -55,7 +53,7 @@ FileKind RecognizeFileKind(std::span<const std::byte> file) {
   if (IsBytePlaneContent(file)) return FileKind::kBytePlaneContent;
   if (IsZstdFrame(file)) return HasSeekTableFooter(file) ? FileKind::kSeekableZstd : FileKind::kZstdStream;
   if (StartsWith(file, "\x1F\x8B")) return FileKind::kGzip;
-  if (file.size() >= 4 && LoadLittleEndian(file, 4) == engines::kGgufMagic) return FileKind::kGguf;
+  if (file.size() >= 4 && LoadLittleEndian(file, 4) == kGgufMagic) return FileKind::kGguf;
   if (file.size() >= 4 && LoadLittleEndian(file, 4) == kLlamaStateMagic) return FileKind::kLlamaState;
   if (LooksLikeJson(file)) return FileKind::kJson;
   return FileKind::kUnknown;

@@ -7,10 +7,17 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace kvstore {
+
+// The key an entry is stored under: a model key and a token prefix.
+struct PrefixKey {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
 
 // The hash of (model, no tokens).
 inline uint64_t PrefixHashSeed(std::string_view model) {

@@ -14,15 +14,13 @@
 #include <vector>
 
 #include "kvstore/safetensors.h"
+#include "libkvstore/tiers/prefix_hash.h"
 #include "libkvstore/util/token_text.h"
 
 namespace kvstore {
 
 // The key an entry is stored under: a model key and a token prefix.
-struct StoreKey {
-  std::string model;
-  std::vector<int32_t> tokens;
-};
+using StoreKey = PrefixKey;
 
 // The user metadata key holding the model fingerprint's canonical JSON
 // (absent in files of caches that have none, e.g. an empty KVCache).

@@ -1,24 +1,19 @@
-// The in-memory index of a PromptCacheStore: its entries by file name, by
-// key hash and by recency. A longest-prefix lookup probes the hash of each
-// key length the index holds, longest first: O(distinct lengths) probes
-// over prefix hashes computed once per prompt. Entries that may be
-// trimmable are also in a GranuleIndex, which finds the one sharing the
-// longest common prefix with a prompt even when it is longer. Not
-// thread-safe: the store's mutex guards it.
+// The in-memory index of a PromptCacheStore: a PrefixIndex (prefix_index.h,
+// shared with the memory tier) of its entries by file name, plus what only
+// the disk needs: generations that tell a replaced file from the one a
+// reader saw, and entries learned untrimmable at a load. Not thread-safe:
+// the store's mutex guards it.
 #ifndef KVSTORE_LIBKVSTORE_TIERS_STORE_INDEX_H_
 #define KVSTORE_LIBKVSTORE_TIERS_STORE_INDEX_H_
 
 #include <cstdint>
 #include <functional>
-#include <list>
-#include <map>
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "libkvstore/tiers/granule_index.h"
+#include "libkvstore/tiers/prefix_index.h"
 #include "libkvstore/tiers/store_format.h"
 
 namespace kvstore {
@@ -70,25 +65,12 @@ class StoreIndex {
   // Calls `fn` on every entry, least recently used first.
   void ForEach(const std::function<void(const Entry&)>& fn) const;
 
-  bool Contains(const std::string& file) const { return by_file_.count(file) > 0; }
-  size_t size() const { return by_file_.size(); }
-  int64_t bytes() const { return bytes_; }
+  bool Contains(const std::string& file) const { return index_.Find(file) != nullptr; }
+  size_t size() const { return index_.size(); }
+  int64_t bytes() const { return index_.bytes(); }
 
  private:
-  struct Node {
-    Entry entry;
-    uint64_t key_hash = 0;
-    std::list<Node*>::iterator lru;
-    std::vector<uint64_t> granules;  // registered in granules_ (entries that may trim)
-  };
-  void Unlink(Node& node);
-
-  std::unordered_map<std::string, Node> by_file_;
-  std::unordered_multimap<uint64_t, Node*> by_hash_;
-  std::list<Node*> lru_;  // front = most recently used
-  std::map<size_t, int64_t> lengths_;  // key length (tokens) -> entries of that length
-  GranuleIndex<Node*> granules_;
-  int64_t bytes_ = 0;
+  PrefixIndex<std::string, Entry> index_;  // by file name
   uint64_t next_generation_ = 1;
 };
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kvstore/cache_convert.h"
-#include "libkvstore/format/tree.h"
+#include "kvstore/safetensors.h"  // NamedArray
 #include "libkvstore/tensor/convert.h"
 
 namespace kvstore {
