@@ -62,9 +62,12 @@ void ParseQuantize(py::handle quantize, LayerTransform& t) {
 }
 
 void Convert(const std::filesystem::path& in_path, const std::filesystem::path& out_path, py::handle compress, std::optional<std::string> codec,
-             std::optional<bool> integrity, std::optional<std::string> layout, py::handle quantize,
+             py::handle integrity, std::optional<std::string> layout, py::handle quantize,
              bool dequantize, bool gpu_rounding, std::optional<std::string> dtype, int threads) {
   const std::string in = UserPath(in_path), out = UserPath(out_path);
+  // None keeps the input's digests (and their algorithm); else as save's.
+  const bool integrity_asked = !integrity.is_none();
+  const std::optional<DigestAlgorithm> digest = integrity_asked ? ParseIntegrity(integrity) : std::nullopt;
   LayerTransform transform;
   ParseQuantize(quantize, transform);
   if (dequantize && transform.bits != 0) ThrowInvalid("quantize and dequantize exclude each other");
@@ -102,8 +105,8 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
       if (level_asked) level = level_asked;
       if (default_level) level = DefaultZstdLevel(out_codec);
       const PromptCacheLayout out_layout = layout_asked ? to : same.layout;
-      const bool rewrite = transform.any() || integrity.value_or(false) ||
-                           (integrity.has_value() && !*integrity && info.has_digests) || out_layout != info.layout;
+      const bool rewrite = transform.any() || digest.has_value() || (integrity_asked && info.has_digests) ||
+                           out_layout != info.layout;
       if (!rewrite) {
         TranscodeOptions t;
         t.compression_level = level;
@@ -113,7 +116,8 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
       }
       ConvertOptions c;
       c.output.layout = out_layout;
-      c.output.integrity = integrity.value_or(true);
+      c.output.integrity = !integrity_asked || digest.has_value();
+      c.output.digest = digest.value_or(same.digest);
       c.output.compression_level = level;
       c.output.codec = out_codec;
       c.threads = threads;

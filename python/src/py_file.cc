@@ -78,14 +78,29 @@ py::object Load(const std::filesystem::path& file, bool verify, int threads) {
   return py::cast(PyCacheFile(path, Unwrap(std::move(loaded))));
 }
 
+std::optional<DigestAlgorithm> ParseIntegrity(py::handle integrity) {
+  if (py::isinstance<py::bool_>(integrity)) {
+    return integrity.cast<bool>() ? std::optional(DigestAlgorithm::kSha256) : std::nullopt;
+  }
+  if (py::isinstance<py::str>(integrity)) {
+    const std::string name = integrity.cast<std::string>();
+    if (name == "sha256" || name == "xxh3") return DigestAlgorithmFromName(name);
+  }
+  ThrowInvalid("integrity must be True, \"sha256\", \"xxh3\" or False (got " + std::string(py::repr(integrity)) + ")");
+}
+
 void Save(const std::filesystem::path& file, py::handle layers, py::handle metadata, py::handle compress,
-          const std::string& codec, bool integrity, const std::optional<std::string>& layout, int threads) {
+          const std::string& codec, py::handle integrity, const std::optional<std::string>& layout, int threads,
+          bool durable) {
   const std::string path = UserPath(file);
   SavePromptCacheOptions options;  // layout: the library's default for saves from scratch unless asked
   if (layout) options.layout = ParseLayoutName(*layout);
   options.codec = ParseCodecName(codec);
   options.compression_level = ParseCompression(compress, options.codec);
-  options.integrity = integrity;
+  const std::optional<DigestAlgorithm> digest = ParseIntegrity(integrity);
+  options.integrity = digest.has_value();
+  options.digest = digest.value_or(DigestAlgorithm::kSha256);
+  options.durable = durable;
   options.threads = threads;
   const PromptCache cache = LayersFromPython(layers);
   const Metadata md = MetadataFromPython(metadata);
@@ -250,7 +265,7 @@ void RegisterFileApi(py::module_& m) {
   m.def("load", &Load, py::arg("path"), py::kw_only(), py::arg("verify") = false, py::arg("threads") = 0);
   m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
         py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,
-        py::arg("layout") = py::none(), py::arg("threads") = 0);
+        py::arg("layout") = py::none(), py::arg("threads") = 0, py::arg("durable") = true);
   m.def("is_kvstore_metadata_key", [](const std::string& key) { return IsKvstoreMetadataKey(key); },
         py::arg("key"), "True for the metadata keys kvstore itself writes (kvstore_format, digests).");
   m.def("expand_user", [](const std::filesystem::path& path) { return UserPath(path); }, py::arg("path"),
