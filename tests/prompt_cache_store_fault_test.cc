@@ -136,11 +136,11 @@ TEST_F(PromptCacheStoreTest, FileWithAnImpossibleLayerIsDroppedAtOpen) {
 TEST_F(PromptCacheStoreTest, EntriesAreXxh3AndWrittenWithoutFsyncByDefault) {
   FaultInjectionEnv faults(env_.get());
   {
-    ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(&faults, kDir, PromptCacheStoreOptions{}));
+    ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(&faults, testing::kDir, PromptCacheStoreOptions{}));
     ASSERT_OK(store->WaitUntilIndexed().status());
     faults.FailAlways(FaultInjectionEnv::Op::kSync);  // after the manifest is compacted at open
     faults.FailAlways(FaultInjectionEnv::Op::kSyncDir);
-    ASSERT_OK(store->Put("m", Tokens{1, 2, 3}, CacheOf(3, 7)));
+    ASSERT_OK(store->Put("m", testing::Tokens{1, 2, 3}, testing::CacheOf(3, 7)));
   }
   ASSERT_OK_AND_ASSIGN(PromptCacheInfo info, ReadPromptCacheInfo(env_.get(), Path(FileOf({1, 2, 3}))));
   EXPECT_TRUE(info.has_digests);
@@ -150,10 +150,10 @@ TEST_F(PromptCacheStoreTest, EntriesAreXxh3AndWrittenWithoutFsyncByDefault) {
   durable.durable = true;
   durable.digest = DigestAlgorithm::kSha256;
   FaultInjectionEnv faults2(env_.get());
-  ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(&faults2, kDir, durable));
+  ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(&faults2, testing::kDir, durable));
   ASSERT_OK(store->WaitUntilIndexed().status());
   faults2.FailAlways(FaultInjectionEnv::Op::kSync);
-  EXPECT_FALSE(store->Put("m", Tokens{4, 5}, CacheOf(2, 9)).ok());  // the fsync is back, and fails
+  EXPECT_FALSE(store->Put("m", testing::Tokens{4, 5}, testing::CacheOf(2, 9)).ok());  // the fsync is back, and fails
 }
 
 // What a crash without fsync may leave under an entry's name: the file at
