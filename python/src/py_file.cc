@@ -78,17 +78,6 @@ py::object Load(const std::filesystem::path& file, bool verify, int threads) {
   return py::cast(PyCacheFile(path, Unwrap(std::move(loaded))));
 }
 
-std::optional<DigestAlgorithm> ParseIntegrity(py::handle integrity) {
-  if (py::isinstance<py::bool_>(integrity)) {
-    return integrity.cast<bool>() ? std::optional(DigestAlgorithm::kSha256) : std::nullopt;
-  }
-  if (py::isinstance<py::str>(integrity)) {
-    const std::string name = integrity.cast<std::string>();
-    if (name == "sha256" || name == "xxh3") return DigestAlgorithmFromName(name);
-  }
-  ThrowInvalid("integrity must be True, \"sha256\", \"xxh3\" or False (got " + std::string(py::repr(integrity)) + ")");
-}
-
 void Save(const std::filesystem::path& file, py::handle layers, py::handle metadata, py::handle compress,
           const std::string& codec, py::handle integrity, const std::optional<std::string>& layout, int threads,
           bool durable) {
@@ -220,6 +209,17 @@ PromptCacheLayout ParseLayoutName(const std::string& name) {
     names += (names.empty() ? "\"" : ", \"") + std::string(LayoutName(layout)) + "\"";
   }
   ThrowInvalid("layout must be one of " + names + ", got \"" + name + "\"");
+}
+
+std::optional<DigestAlgorithm> ParseIntegrity(py::handle integrity) {
+  if (py::isinstance<py::bool_>(integrity)) {
+    return integrity.cast<bool>() ? std::optional(DigestAlgorithm::kSha256) : std::nullopt;
+  }
+  if (py::isinstance<py::str>(integrity)) {
+    const std::string name = integrity.cast<std::string>();
+    if (name == "sha256" || name == "xxh3") return DigestAlgorithmFromName(name);
+  }
+  ThrowInvalid("integrity must be True, \"sha256\", \"xxh3\" or False (got " + std::string(py::repr(integrity)) + ")");
 }
 
 ZstdCodec ParseCodecName(const std::string& name) {

@@ -201,7 +201,9 @@ def test_info_and_inspect_equal_kvtool_inspect_json(tmp_path):
     kvstore.save(compressed, kvstore.load(str(F16)).layers, compress=True)
     paths = [str(p) for p in fixture_files()] + [compressed]
     for path in paths:
-        assert kvstore.load(path).info == kvtool_json("inspect", "--json", path), path
+        # A compressed file with digests is verified on load (as inspect --verify does).
+        flags = ["--verify"] if path == compressed else []
+        assert kvstore.load(path).info == kvtool_json("inspect", "--json", *flags, path), path
         try:
             verified = kvstore.inspect(path, verify=True)
         except kvstore.FailedPreconditionError as e:  # no digests: raised as kvtool exits 4, after the info
