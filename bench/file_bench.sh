@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # File-level throughput of kvtool against the reference tools on the same
 # bytes, in one run (docs/performance.md):
-#   cp / cp + sync (plain save), openssl dgst -sha256 (verify),
+#   cp / cp + sync (plain save), openssl dgst -sha256 (verify), xxhsum -H2
+#   (verify of an XXH3 file),
 #   zstd -T0 -3 (compress), zstd -d (decompress).
 #   bench/file_bench.sh [BUILD_DIR] [TOKENS=8192] [DIR=$TMPDIR]
 # TOKENS=8192 gives a 1 GiB cache (32 layers of [1, 8, T, 128] BF16 keys and
@@ -71,6 +72,8 @@ bytes=$(stat -c %s "$dir/in.safetensors")
 echo "file: $bytes bytes ($tokens tokens x 32 layers), $runs runs each: best (median)"
 cat "$dir/in.safetensors" > /dev/null  # page cache
 "$kvtool" convert "$dir/in.safetensors" -o "$dir/digests.safetensors" --integrity -q
+"$kvtool" convert "$dir/in.safetensors" -o "$dir/xxh3.safetensors" --integrity=xxh3 -q
+cat "$dir/xxh3.safetensors" > /dev/null  # page cache warm, as for the reference
 zstd -q -T0 -3 -f "$dir/in.safetensors" -o "$dir/ref.zst"
 "$kvtool" convert "$dir/in.safetensors" -o "$dir/c.safetensors" --compress=3 -q
 "$kvtool" convert "$dir/in.safetensors" -o "$dir/bp.safetensors" --codec byteplane -q
@@ -82,6 +85,8 @@ pair cp_sync "$d/o1" "cp $d/in.safetensors $d/o1 && sync $d/o1" \
      copy "$d/o2" "$k convert $d/in.safetensors -o $d/o2 -q"
 pair openssl "$d/none" "openssl dgst -sha256 $d/digests.safetensors" \
      verify "$d/none" "$k verify -q $d/digests.safetensors"
+pair xxhsum "$d/none" "xxhsum -H2 $d/xxh3.safetensors" \
+     verify_xxh3 "$d/none" "$k verify -q $d/xxh3.safetensors"
 pair zstd "$d/o1" "zstd -q -T0 -3 -f $d/in.safetensors -o $d/o1" \
      compress "$d/o2" "$k convert $d/in.safetensors -o $d/o2 --compress=3 -q"
 pair zstd_d "$d/o1" "zstd -q -d -f $d/ref.zst -o $d/o1" \
@@ -106,8 +111,9 @@ sort -k1,1 -k2,2n "$dir/runs" | awk '
 cat "$dir/results"
 echo "(ratios below use the best times; with the medians instead:)"
 awk '{ m[$1] = $4 } END {
-  printf "  median save/cp %.2fx, save/cp+sync %.2fx, copy/cp %.2fx, verify %.2fx, compress %.2fx, decompress %.2fx\n",
+  printf "  median save/cp %.2fx, save/cp+sync %.2fx, copy/cp %.2fx, verify %.2fx, verify xxh3 %.2fx, compress %.2fx, decompress %.2fx\n",
     m["cp"] / m["save"], m["cp_sync"] / m["save"], m["cp"] / m["copy"], m["openssl"] / m["verify"],
+    m["xxhsum"] / m["verify_xxh3"],
     m["zstd"] / m["compress"], m["zstd_d"] / m["decompress"] }' "$dir/results"
 
 awk -v bytes="$bytes" -v zref="$(stat -c %s "$dir/ref.zst")" -v zours="$(stat -c %s "$dir/c.safetensors")" \
@@ -121,6 +127,7 @@ awk -v bytes="$bytes" -v zref="$(stat -c %s "$dir/ref.zst")" -v zours="$(stat -c
     printf "  copy (convert, plain -> plain + fsync) vs cp:          %.2fx\n", t["cp"] / t["copy"]
     printf "  copy vs cp + sync:                                    %.2fx\n", t["cp_sync"] / t["copy"]
     printf "  verify vs openssl dgst -sha256:                       %.2fx  (goal >= 1.6)\n", t["openssl"] / t["verify"]
+    printf "  verify (XXH3 file) vs xxhsum -H2:                     %.2fx  (goal >= 1.0)\n", t["xxhsum"] / t["verify_xxh3"]
     printf "  compress vs zstd -T0 -3:                              %.2fx  (goal >= 0.9)\n", t["zstd"] / t["compress"]
     printf "  compressed size vs zstd -3:                           %.3f   (goal within 2%%)\n", zours / zref
     printf "  decompress vs zstd -d:                                %.2fx  (goal >= 1.5)\n", t["zstd_d"] / t["decompress"]

@@ -9,6 +9,9 @@ on the same warm input file:
   mlx-lm+fsync  the same, then fsync of the output: the durability kvstore's save has
   kvstore       kvstore.mlx_lm.load_prompt_cache + save_prompt_cache(integrity=True)
   kvstore-v     the same from a kvstore-written input, loaded with verify=True
+  kvstore-x     from an XXH3 input loaded with verify=True, saved with integrity="xxh3",
+                durable=False (the cache's path; compared with mlx-lm)
+  kvstore-x+fsync  the same saved with durable=True (compared with mlx-lm+fsync)
 and the two halves alone (load: the arrays evaluated in MLX memory; save: of caches already
 in MLX memory). It prints the best (minimum) and median wall times and mlx-lm / this. It
 also times kvstore.load (buffers only) of the 1 GiB file against a one-layer file, to
@@ -109,6 +112,8 @@ def run(args):
         src, src_kv = os.path.join(d, "in.safetensors"), os.path.join(d, "in-kvstore.safetensors")
         nbytes = make_input(src, args.tokens)
         kvstore.mlx_lm.save_prompt_cache(src_kv, mlx_cache.load_prompt_cache(src), {"model": "bench"})
+        src_x = os.path.join(d, "in-xxh3.safetensors")
+        kvstore.mlx_lm.save_prompt_cache(src_x, mlx_cache.load_prompt_cache(src), {"model": "bench"}, integrity="xxh3")
         out = os.path.join(d, "out.safetensors")
 
         def reference():
@@ -129,14 +134,21 @@ def run(args):
         def ours_verified():
             kvstore.mlx_lm.save_prompt_cache(out, kvstore.mlx_lm.load_prompt_cache(src_kv, verify=True), integrity=True)
 
+        def ours_xxh3(durable):
+            kvstore.mlx_lm.save_prompt_cache(out, kvstore.mlx_lm.load_prompt_cache(src_x, verify=True),
+                                             integrity="xxh3", durable=durable)
+
         fns = {
             "mlx-lm": reference,
             "mlx-lm+fsync": reference_fsync,
             "kvstore": ours,
             "kvstore-v": ours_verified,
+            "kvstore-x": lambda: ours_xxh3(False),
+            "kvstore-x+fsync": lambda: ours_xxh3(True),
             "load: mlx-lm": lambda: mx.eval([c.state for c in mlx_cache.load_prompt_cache(src)]),
             "load: kvstore": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src)]),
             "load: kvstore-v": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src_kv, verify=True)]),
+            "load: kvstore-x": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src_x, verify=True)]),
             "save: mlx-lm": lambda: mlx_cache.save_prompt_cache(out, in_memory),
             "save: kvstore": lambda: kvstore.mlx_lm.save_prompt_cache(out, in_memory, integrity=True),
         }
@@ -149,8 +161,9 @@ def run(args):
         print(f"cache: 32 x KVCache [1, 8, {args.tokens}, 128] BF16 = {nbytes / 2**30:.2f} GiB; "
               f"{args.runs} rounds; seconds (best / median)")
         for name, times in runs.items():
-            ref = min(runs["mlx-lm" if ":" not in name else name.split(":")[0] + ": mlx-lm"])
-            print(f"  {name:14s} {min(times):6.3f} / {statistics.median(times):6.3f}   "
+            base = "mlx-lm+fsync" if name.endswith("+fsync") else "mlx-lm"
+            ref = min(runs[base if ":" not in name else name.split(":")[0] + ": mlx-lm"])
+            print(f"  {name:16s} {min(times):6.3f} / {statistics.median(times):6.3f}   "
                   f"mlx-lm/this {ref / min(times):4.2f}x")
 
         small = os.path.join(d, "small.safetensors")

@@ -5,9 +5,9 @@ set -euo pipefail
 
 packages=(
   g++ cmake make                    # toolchain
-  libzstd-dev libcli11-dev nlohmann-json3-dev libssl-dev
+  libzstd-dev libcli11-dev nlohmann-json3-dev libssl-dev libxxhash-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  zstd openssl                      # reference tools for bench/ and tests
+  zstd openssl xxhash               # reference tools for bench/ and tests
   # The Python package (python/, built for Debian's /usr/bin/python3) and its
   # tests; libopenblas0-pthread and libgfortran5 let ../shared/mlx-ref's MLX import.
   pybind11-dev python3-dev python3-pytest python3-setuptools python3-pip python3-numpy

@@ -131,5 +131,45 @@ TEST_F(PromptCacheStoreTest, FileWithAnImpossibleLayerIsDroppedAtOpen) {
   EXPECT_FALSE(env_->FileExists(Path(name)));
 }
 
+// The store writes XXH3-128 entries without fsync by default: a Put needs
+// no sync at all, and durable = true brings both fsyncs back.
+TEST_F(PromptCacheStoreTest, EntriesAreXxh3AndWrittenWithoutFsyncByDefault) {
+  FaultInjectionEnv faults(env_.get());
+  {
+    ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(&faults, testing::kDir, PromptCacheStoreOptions{}));
+    ASSERT_OK(store->WaitUntilIndexed().status());
+    faults.FailAlways(FaultInjectionEnv::Op::kSync);  // after the manifest is compacted at open
+    faults.FailAlways(FaultInjectionEnv::Op::kSyncDir);
+    ASSERT_OK(store->Put("m", testing::Tokens{1, 2, 3}, testing::CacheOf(3, 7)));
+  }
+  ASSERT_OK_AND_ASSIGN(PromptCacheInfo info, ReadPromptCacheInfo(env_.get(), Path(FileOf({1, 2, 3}))));
+  EXPECT_TRUE(info.has_digests);
+  EXPECT_EQ(info.digest_algorithm, DigestAlgorithm::kXxh3_128);
+
+  PromptCacheStoreOptions durable;
+  durable.durable = true;
+  durable.digest = DigestAlgorithm::kSha256;
+  FaultInjectionEnv faults2(env_.get());
+  ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(&faults2, testing::kDir, durable));
+  ASSERT_OK(store->WaitUntilIndexed().status());
+  faults2.FailAlways(FaultInjectionEnv::Op::kSync);
+  EXPECT_FALSE(store->Put("m", testing::Tokens{4, 5}, testing::CacheOf(2, 9)).ok());  // the fsync is back, and fails
+}
+
+// What a crash without fsync may leave under an entry's name: the file at
+// its full size with its tail never written (zeros). A load verifies it:
+// a counted miss, never the torn KV.
+TEST_F(PromptCacheStoreTest, TornEntryIsACountedMiss) {
+  PutAll({{{1, 2, 3}, 7}});
+  const std::string name = FileOf({1, 2, 3});
+  std::vector<std::byte> bytes = testing::FileBytes(env_.get(), Path(name));
+  std::fill(bytes.end() - 64, bytes.end(), std::byte{0});
+  ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), bytes));
+
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  EXPECT_EQ(Fetch(*store, {1, 2, 3, 4}), -1);
+  EXPECT_EQ(store->corrupt_dropped(), 1);
+}
+
 }  // namespace
 }  // namespace kvstore

@@ -132,11 +132,11 @@ TEST(TaskPoolTest, PipelinesCompleteWhileTheSharedPoolIsBusy) {
   for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], 11 * i);
 
   // Over its byte budget at every array: the submitter hashes them itself.
-  HashPipeline hasher(4, /*max_pending_bytes=*/64);
+  HashPipeline hasher(DigestAlgorithm::kSha256, 4, /*max_pending_bytes=*/64);
   std::vector<Array> arrays;
   for (int32_t i = 0; i < 50; ++i) arrays.push_back(Array::FromInt32s({i, i + 1, i + 2, i + 3}));
   for (size_t i = 0; i < arrays.size(); ++i) hasher.Submit(i, arrays[i]);
-  const std::vector<Sha256Digest> digests = hasher.Finish();
+  const std::vector<Digest> digests = hasher.Finish();
   ASSERT_EQ(digests.size(), arrays.size());
   for (size_t i = 0; i < arrays.size(); ++i) EXPECT_EQ(digests[i], Sha256(arrays[i])) << i;
 
@@ -250,10 +250,10 @@ TEST(TaskPoolTest, WithoutThreadsEverythingRunsInline) {
               std::atomic<int> ran{0};
               TaskQueue queue(TaskPool::Shared(), {.concurrency = 2});
               if (!queue.TryPush([&] { ++ran; }) || ran != 1) return 7;
-              HashPipeline hasher(4, 1 << 20);
+              HashPipeline hasher(DigestAlgorithm::kSha256, 4, 1 << 20);
               const Array a = Array::FromInt32s({1, 2, 3});
               hasher.Submit(0, a);
-              if (hasher.Finish() != std::vector<Sha256Digest>{Sha256(a)}) return 8;
+              if (hasher.Finish() != std::vector<Digest>{Sha256(a)}) return 8;
               return 0;
             }),
             0);

@@ -31,7 +31,9 @@ struct ConvertArgs {
   bool compress_flag = false;
   bool decompress = false;
   std::string codec;     // zstd | byteplane (kvstore::ParseZstdCodec)
+  std::string integrity_text;  // --integrity: "" absent, "true" without a name, else the algorithm
   bool integrity = false;
+  std::optional<kvstore::DigestAlgorithm> digest;  // named by --integrity=ALG
   bool no_integrity = false;
   bool quiet = false;
   int threads = 0;
@@ -95,6 +97,7 @@ LlamaConvertRequest LlamaRequest(const ConvertArgs& a, std::optional<kvstore::Zs
   if (a.compress_flag || codec) r.compression_level = a.compress.value_or(kvstore::DefaultZstdLevel(r.codec));
   r.integrity = !a.no_integrity;
   r.integrity_flags = a.integrity || a.no_integrity;
+  r.digest = a.digest.value_or(kvstore::DigestAlgorithm::kSha256);
   r.threads = a.threads;
   r.quiet = a.quiet;
   return r;
@@ -114,8 +117,18 @@ std::optional<std::string> ParseCompress(ConvertArgs& a) {
   return std::nullopt;
 }
 
+// --integrity[=sha256|xxh3] into integrity and digest; an error message.
+std::optional<std::string> ParseIntegrity(ConvertArgs& a) {
+  a.integrity = !a.integrity_text.empty();
+  if (!a.integrity || a.integrity_text == "true") return std::nullopt;
+  a.digest = kvstore::DigestAlgorithmFromName(a.integrity_text);
+  if (!a.digest) return "--integrity=" + a.integrity_text + ": the digest must be sha256 or xxh3 (--integrity[=ALG])";
+  return std::nullopt;
+}
+
 int RunConvert(ConvertArgs a) {
   if (std::optional<std::string> bad = ParseCompress(a)) return Fail(kExitUsage, *bad);
+  if (std::optional<std::string> bad = ParseIntegrity(a)) return Fail(kExitUsage, *bad);
   if (a.compress_flag && a.decompress) {
     return Fail(kExitUsage, "--compress and --decompress exclude each other");
   }
@@ -166,6 +179,7 @@ int RunConvert(ConvertArgs a) {
     kvstore::ConvertOptions c;
     c.output.layout = layout;
     c.output.integrity = !a.no_integrity;
+    c.output.digest = a.digest.value_or(same.digest);
     c.output.compression_level = level;
     c.output.codec = codec;
     c.output.progress = bar.Callback();
@@ -203,7 +217,11 @@ Runner RegisterConvert(CLI::App& app) {
   cmd->add_flag("--decompress", args->decompress, "write a plain safetensors file");
   cmd->add_option("--codec", args->codec, "compressed container: zstd (default; zstd -d compatible) or byteplane")
       ->check(NonEmpty());
-  cmd->add_flag("--integrity", args->integrity, "re-write with SHA-256 digests");
+  // A flag, like --compress: the algorithm is attached (--integrity=xxh3).
+  cmd->add_flag("--integrity", args->integrity_text,
+                "re-write with digests: sha256 (default) or xxh3 (XXH3-128, at memory speed); "
+                "without it a file keeps its input's")
+      ->option_text("[=sha256|xxh3]");
   cmd->add_flag("--no-integrity", args->no_integrity, "re-write without digests");
   cmd->add_option("--to", args->to,
                   "layout: mlx-lm (current), mlx-lm-0.31 (the release's ArraysCache layout), mlx-swift-lm "

@@ -48,6 +48,7 @@ int ToPromptCache(const LlamaConvertRequest& r, const LlamaConvertArgs& l, const
   kvstore::LlamaToPromptCacheOptions o;
   o.output.layout = r.to == "mlx-swift-lm" ? kvstore::PromptCacheLayout::kMlxSwiftLm : kvstore::PromptCacheLayout::kMlxLm;
   o.output.integrity = r.integrity;
+  o.output.digest = r.digest;
   o.output.compression_level = r.compression_level;
   o.output.codec = r.codec;
   o.output.threads = r.threads;

@@ -92,8 +92,11 @@ void PrintNotes(const LayerInfo& l, const std::string& where) {
 
 void PrintTable(const std::string& path, const PromptCacheInfo& info, std::optional<bool> verified, bool tensors) {
   const int64_t tokens = info.tokens().value_or(-1);
-  std::string integrity = !info.has_digests ? "none" : !verified ? "sha256 (not checked)"
-                          : *verified     ? "sha256 verified" : "sha256 MISMATCH";
+  const std::string algorithm(kvstore::DigestAlgorithmName(info.digest_algorithm));
+  const std::string integrity = !info.has_digests ? "none"
+                                : !verified       ? algorithm + " (not checked)"
+                                : *verified       ? algorithm + " verified"
+                                                  : algorithm + " MISMATCH";
   std::string ratio;
   if (info.compression && info.file_bytes > 0) {
     char buf[32];

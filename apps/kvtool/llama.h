@@ -46,6 +46,7 @@ struct LlamaConvertRequest {
   kvstore::ZstdCodec codec = kvstore::ZstdCodec::kZstd;
   bool container_flags = false;          // --compress, --decompress or --codec given
   bool integrity = true, integrity_flags = false;
+  kvstore::DigestAlgorithm digest = kvstore::DigestAlgorithm::kSha256;
   int threads = 0;
   bool quiet = false;
 };

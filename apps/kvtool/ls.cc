@@ -60,13 +60,13 @@ int RunLs(const LsArgs& a) {
       f["tokens"] = tokens >= 0 ? Json(tokens) : Json();
       f["file_bytes"] = Json(info->file_bytes);
       f["tensor_bytes"] = Json(info->tensor_bytes);
-      f["integrity"] = info->has_digests ? Json("sha256") : Json();
+      f["integrity"] = info->has_digests ? Json(std::string(kvstore::DigestAlgorithmName(info->digest_algorithm))) : Json();
       files.Push(std::move(f));
     } else {
       // File names are anyone's bytes (a downloaded file): escaped, whatever stdout is.
       std::printf("%-36s %-28s %-13s %6zu %8s %10s  %s\n", TerminalText(name).c_str(), format.c_str(), layout.c_str(),
                   info->layers.size(), tokens >= 0 ? std::to_string(tokens).c_str() : "-",
-                  HumanBytes(info->file_bytes).c_str(), info->has_digests ? "sha256" : "none");
+                  HumanBytes(info->file_bytes).c_str(), info->has_digests ? std::string(kvstore::DigestAlgorithmName(info->digest_algorithm)).c_str() : "none");
     }
   }
   if (a.json) {

@@ -178,8 +178,14 @@ class Env {
 // Before writing, temp files of `path` ("<basename>.kvtmp-<pid>-<n>") whose
 // pid is not env->ProcessId() and not alive are removed; those of live
 // processes are never touched.
+struct AtomicWriteOptions {
+  // false: temp file + rename without a file or directory sync, for caches
+  // that verify what they read (a power loss may then leave `path` old,
+  // new, empty or torn, never a mix the digests accept).
+  bool sync = true;
+};
 Status WriteFileAtomic(Env* env, const std::string& path,
-                       const std::function<Status(WritableFile&)>& fill);
+                       const std::function<Status(WritableFile&)>& fill, const AtomicWriteOptions& options = {});
 
 // For a signal handler on the way to ending the process (SIGINT, SIGTERM):
 // removes the temp files of this process's WriteFileAtomic calls in

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kvstore/cache.h"
+#include "kvstore/digest.h"
 #include "kvstore/env.h"
 #include "kvstore/safetensors.h"
 #include "kvstore/sha256.h"
@@ -67,6 +68,11 @@ std::optional<PromptCacheLayout> LayoutFromName(std::string_view name);
 inline constexpr std::string_view kFormatKey = "kvstore_format";          // "kvstore/1"
 inline constexpr std::string_view kTensorDigestsKey = "kvstore_sha256_tensors";
 inline constexpr std::string_view kHeaderDigestKey = "kvstore_sha256_header";
+// A file whose digests are not SHA-256 names their algorithm ("xxh3-128")
+// and stores them under the two keys after it (docs/format.md §5.3).
+inline constexpr std::string_view kDigestAlgorithmKey = "kvstore_digest_algorithm";
+inline constexpr std::string_view kDigestTensorsKey = "kvstore_digest_tensors";
+inline constexpr std::string_view kDigestHeaderKey = "kvstore_digest_header";
 // An HMAC-SHA256 seal of the digests under a shared secret (docs/format.md §5.4).
 inline constexpr std::string_view kHmacKey = "kvstore_hmac_sha256";
 // True for the keys above (excluded from the user metadata we return).
@@ -80,7 +86,13 @@ struct SavePromptCacheOptions {
   // The reader to write for: kMlxLm031 (default: what the released mlx-lm
   // reads; docs/compat.md says why), kMlxLm or kMlxSwiftLm.
   PromptCacheLayout layout = PromptCacheLayout::kMlxLm031;
-  bool integrity = true;                 // write SHA-256 digests
+  bool integrity = true;                 // write digests
+  // Their algorithm: SHA-256 for files written for exchange; XXH3-128 (at
+  // memory speed, not cryptographic) for caches (the disk tier's default).
+  DigestAlgorithm digest = DigestAlgorithm::kSha256;
+  // true: temp file, fsync, rename, directory fsync; false: temp file +
+  // rename only (caches that verify every load: a crash costs a miss).
+  bool durable = true;
   std::optional<int> compression_level;  // set: seekable zstd container at this level
   ZstdCodec codec = ZstdCodec::kZstd;    // with compression: plain frames or byte planes
   size_t frame_size = size_t{4} << 20;   // compressed frame size (input bytes)
@@ -90,7 +102,10 @@ struct SavePromptCacheOptions {
 };
 
 struct LoadPromptCacheOptions {
-  bool verify = false;  // check the SHA-256 digests (error when a digest mismatches)
+  bool verify = false;  // check the digests (error when a digest mismatches)
+  // A compressed file with digests is checked whatever `verify` says (it is
+  // decompressed whole anyway); false skips that.
+  bool verify_compressed = true;
   int threads = 0;
   ParseLimits limits;
 };
@@ -101,10 +116,12 @@ struct LoadedPromptCache {
   PromptCacheLayout layout = PromptCacheLayout::kMlxLm;
   bool compressed = false;
   bool has_digests = false;
+  DigestAlgorithm digest_algorithm = DigestAlgorithm::kSha256;  // of the digests, when has_digests
   bool verified = false;   // digests checked and matched
 };
 
-// Saves atomically (temp file, fsync, rename). Errors: InvalidArgument for a
+// Saves atomically (temp file, fsync, rename; no fsync when
+// !options.durable). Errors: InvalidArgument for a
 // cache the layout's loader cannot read (mlx-lm: an empty KVCache, a None
 // ArraysCache slot, a user key that is empty, contains '.' or is an
 // integer), NotSupported for what the layout lacks (mlx-swift-lm has no
@@ -171,6 +188,7 @@ struct PromptCacheInfo {
   uint64_t tensor_bytes = 0;  // uncompressed payload
   std::optional<CompressionInfo> compression;
   bool has_digests = false;
+  DigestAlgorithm digest_algorithm = DigestAlgorithm::kSha256;  // of the digests, when has_digests
   Metadata user_metadata;  // kvstore_* keys excluded
   std::vector<LayerInfo> layers;
   std::string unsupported;  // why the file cannot be loaded; empty when it can
@@ -192,23 +210,25 @@ Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,
 // so a conversion keeps its input's mlx-lm version (the legacy layout, which
 // is read-only and holds only KVCaches, becomes mlx-lm; levels are not
 // recorded, so a compressed file gets the codec's default: 3 for zstd, 1 for
-// byte planes), with digests.
+// byte planes), with digests (of the input's algorithm when it has digests,
+// else SHA-256).
 SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info);
 
 // ---- Verification ----
 
-// One failed SHA-256 check (docs/format.md §5.4).
+// One failed digest check (docs/format.md §5.4).
 struct DigestMismatch {
   std::string tensor;  // the tensor's name; empty for the header
   // The stored digest; nullopt when the file stores none for the tensor, or
   // its digest entries cannot be read.
-  std::optional<Sha256Digest> expected;
+  std::optional<Digest> expected;
   // The digest of the bytes; nullopt for a stored digest of a tensor the
   // file does not hold.
-  std::optional<Sha256Digest> found;
+  std::optional<Digest> found;
 
   // The one message every front end prints for it (kvtool verify, kvtool
-  // inspect --verify, the Python package, verified loads and conversions):
+  // inspect --verify, the Python package, verified loads and conversions),
+  // naming the algorithm ("SHA-256" or "XXH3-128"):
   //   "<path>: tensor '0.1': SHA-256 mismatch: expected 5f70bf18a0860070...,
   //    found 9f3e2d1c0b4a5968..."
   // Digests are shortened to their first 16 hex digits; "the header"

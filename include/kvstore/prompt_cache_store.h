@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "kvstore/cache.h"
+#include "kvstore/digest.h"
 #include "kvstore/env.h"
 #include "kvstore/model_fingerprint.h"
 #include "kvstore/status.h"
@@ -67,6 +68,14 @@ namespace kvstore {
 
 struct PromptCacheStoreOptions {
   int64_t max_bytes = int64_t{16} << 30;
+  // The entries' digests: XXH3-128 (memory speed; the risk here is bit rot
+  // and torn writes, not an adversary) or SHA-256. Every load verifies them
+  // whichever the file declares.
+  DigestAlgorithm digest = DigestAlgorithm::kXxh3_128;
+  // Entries are written temp file + rename without fsync: a crash loses or
+  // tears an entry, and the verified load counts it as a miss. true brings
+  // back the file and directory fsyncs.
+  bool durable = false;
 };
 
 struct StoreOpenReport {

@@ -69,6 +69,7 @@ Status ConvertPromptCacheFile(Env* env, const std::string& in, const std::string
   };
   WriterHooks hooks;
   if (check && r.plain) {
+    hooks.expected_algorithm = r.algorithm;
     hooks.expected_digest = [&](const Array& a) -> std::optional<ExpectedDigest> {
       std::optional<size_t> i = r.ViewedTensor(a);
       if (!i) return std::nullopt;

@@ -8,7 +8,7 @@ std::string CanonicalHeader(const std::vector<TensorInfo>& tensors, const Metada
   Json root = Json::MakeObject();
   Json meta = Json::MakeObject();
   for (const auto& [k, v] : metadata) {
-    if (k == kTensorDigestsMetaKey || k == kHeaderDigestMetaKey || k == kHmacMetaKey) continue;
+    if (IsDigestMetaKey(k) || k == kHmacMetaKey) continue;
     meta.as_object().emplace_back(k, Json(v));
   }
   Json tensor_map = Json::MakeObject();
@@ -27,21 +27,52 @@ std::string CanonicalHeader(const std::vector<TensorInfo>& tensors, const Metada
   return root.Dump(sorted);
 }
 
-std::string DigestsToJson(const std::map<std::string, Sha256Digest>& digests) {
+DigestKeys DigestKeysFor(DigestAlgorithm algorithm) {
+  if (algorithm == DigestAlgorithm::kSha256) return {kTensorDigestsMetaKey, kHeaderDigestMetaKey};
+  return {kAlgTensorDigestsMetaKey, kAlgHeaderDigestMetaKey};
+}
+
+bool IsDigestMetaKey(std::string_view key) {
+  return key == kTensorDigestsMetaKey || key == kHeaderDigestMetaKey || key == kAlgTensorDigestsMetaKey ||
+         key == kAlgHeaderDigestMetaKey;
+}
+
+Result<DigestAlgorithm> DeclaredDigestAlgorithm(const Metadata& metadata, DigestKeys* keys) {
+  DigestAlgorithm algorithm = DigestAlgorithm::kSha256;
+  DigestKeys where = DigestKeysFor(algorithm);
+  for (const auto& [k, v] : metadata) {
+    if (k != kDigestAlgorithmMetaKey) continue;
+    std::optional<DigestAlgorithm> named = v == "xxh3" ? std::nullopt : DigestAlgorithmFromName(v);
+    if (!named) {
+      return Status::Corruption("integrity: unknown digest algorithm \"" + v +
+                                "\" (this build verifies sha256 and xxh3-128)");
+    }
+    algorithm = *named;
+    where = {kAlgTensorDigestsMetaKey, kAlgHeaderDigestMetaKey};
+  }
+  if (keys != nullptr) *keys = where;
+  return algorithm;
+}
+
+std::string DigestsToJson(const std::map<std::string, Digest>& digests) {
   Json j = Json::MakeObject();
   for (const auto& [name, d] : digests) j.as_object().emplace_back(name, Json(d.ToHex()));
   return j.Dump();
 }
 
-Result<std::map<std::string, Sha256Digest>> DigestsFromJson(std::string_view json) {
+Result<std::map<std::string, Digest>> DigestsFromJson(std::string_view json, DigestAlgorithm algorithm) {
   Result<Json> parsed = Json::Parse(json);
   if (!parsed.ok() || !parsed->is_object()) {
     return Status::Corruption("integrity: tensor digests are not a JSON object");
   }
-  std::map<std::string, Sha256Digest> out;
+  std::map<std::string, Digest> out;
   for (const auto& [name, v] : parsed->as_object()) {
-    std::optional<Sha256Digest> d = v.is_string() ? Sha256Digest::FromHex(v.as_string()) : std::nullopt;
-    if (!d) return Status::Corruption("integrity: digest of tensor \"" + name + "\" is not 64 hex digits");
+    std::optional<Digest> d = v.is_string() ? Digest::FromHex(algorithm, v.as_string()) : std::nullopt;
+    if (!d) {
+      return Status::Corruption("integrity: digest of tensor \"" + name + "\" is not " +
+                                std::to_string(2 * DigestSize(algorithm)) + " hex digits (" +
+                                std::string(DigestAlgorithmName(algorithm)) + ")");
+    }
     out[name] = *d;
   }
   return out;

@@ -1,8 +1,11 @@
 #include "libkvstore/format/hash_pipeline.h"
 
+#include "libkvstore/integrity/digest.h"
+
 namespace kvstore {
 
-HashPipeline::HashPipeline(int threads, uint64_t max_pending_bytes) : max_pending_bytes_(max_pending_bytes) {
+HashPipeline::HashPipeline(DigestAlgorithm algorithm, int threads, uint64_t max_pending_bytes)
+    : algorithm_(algorithm), max_pending_bytes_(max_pending_bytes) {
   if (threads <= 0) threads = DefaultThreads();
   // One thread is the caller's: it hashes as it submits.
   if (threads > 1) queue_.emplace(TaskPool::Shared(), TaskQueue::Options{.concurrency = threads});
@@ -10,7 +13,7 @@ HashPipeline::HashPipeline(int threads, uint64_t max_pending_bytes) : max_pendin
 
 void HashPipeline::Hash(size_t id, Array array) {
   const uint64_t bytes = array.nbytes();
-  const Sha256Digest d = Sha256(array);
+  const Digest d = ComputeDigest(algorithm_, array);
   array = Array();  // released before the room it frees is reported
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -23,7 +26,7 @@ void HashPipeline::Hash(size_t id, Array array) {
 void HashPipeline::Submit(size_t id, Array array) {
   const uint64_t bytes = array.nbytes();
   std::unique_lock<std::mutex> lock(mu_);
-  if (digests_.size() <= id) digests_.resize(id + 1);
+  if (digests_.size() <= id) digests_.resize(id + 1, Digest(algorithm_));
   pending_bytes_ += bytes;
   if (!queue_) {
     lock.unlock();
@@ -45,7 +48,7 @@ void HashPipeline::Submit(size_t id, Array array) {
   (void)queue_->TryPush([this, id, array = std::move(array)]() mutable { Hash(id, std::move(array)); });
 }
 
-std::vector<Sha256Digest> HashPipeline::Finish() {
+std::vector<Digest> HashPipeline::Finish() {
   if (queue_) {
     while (queue_->RunOne()) {
     }

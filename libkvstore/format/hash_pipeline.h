@@ -1,4 +1,4 @@
-// HashPipeline: SHA-256 of a stream of arrays on the shared pool's workers,
+// HashPipeline: digests (SHA-256 or XXH3-128) of a stream of arrays on the shared pool's workers,
 // while the caller goes on (e.g. writes the same arrays to a file).
 #ifndef KVSTORE_LIBKVSTORE_FORMAT_HASH_PIPELINE_H_
 #define KVSTORE_LIBKVSTORE_FORMAT_HASH_PIPELINE_H_
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kvstore/array.h"
-#include "libkvstore/integrity/sha256.h"
+#include "kvstore/digest.h"
 #include "libkvstore/util/task_queue.h"
 
 namespace kvstore {
@@ -22,23 +22,24 @@ class HashPipeline {
   // queued or being hashed (the arrays are kept alive until hashed), and
   // meanwhile hashes queued arrays itself, so it never waits for a worker
   // that has not started.
-  HashPipeline(int threads, uint64_t max_pending_bytes);
+  HashPipeline(DigestAlgorithm algorithm, int threads, uint64_t max_pending_bytes);
   HashPipeline(const HashPipeline&) = delete;
   HashPipeline& operator=(const HashPipeline&) = delete;
 
   // Queues `array` as item `id` (ids are dense, 0-based).
   void Submit(size_t id, Array array);
   // Waits for every item; digests indexed by id.
-  std::vector<Sha256Digest> Finish();
+  std::vector<Digest> Finish();
 
  private:
   void Hash(size_t id, Array array);
 
+  const DigestAlgorithm algorithm_;
   const uint64_t max_pending_bytes_;
   std::mutex mu_;
   std::condition_variable hashed_;
   uint64_t pending_bytes_ = 0;
-  std::vector<Sha256Digest> digests_;
+  std::vector<Digest> digests_;
   // Last: destroyed first, so no job runs once the members above are gone.
   std::optional<TaskQueue> queue_;
 };

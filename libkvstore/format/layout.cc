@@ -222,7 +222,7 @@ Status SplitMetadata(const SafetensorsHeader& h, ParsedFile& out, MetaTrees& met
 Result<ParsedFile> ParseLayout(const SafetensorsHeader& h) {
   ParsedFile out;
   for (const auto& [k, v] : h.metadata) {
-    if (k == kTensorDigestsMetaKey || k == kHeaderDigestMetaKey) out.has_digests = true;
+    if (IsDigestMetaKey(k)) out.has_digests = true;
   }
   if (IsLegacyFile(h)) {
     KV_RETURN_IF_ERROR(ParseLegacy(h, out));

@@ -10,7 +10,7 @@ namespace {
 
 // The first 16 hex digits: enough to tell two digests apart, short enough
 // for one line.
-std::string ShortDigest(const Sha256Digest& d) { return d.ToHex().substr(0, 16) + "..."; }
+std::string ShortDigest(const Digest& d) { return d.ToHex().substr(0, 16) + "..."; }
 
 // Mismatches listed in one Corruption message; the rest are counted.
 constexpr size_t kMismatchesListed = 8;
@@ -18,8 +18,11 @@ constexpr size_t kMismatchesListed = 8;
 }  // namespace
 
 std::string DigestMismatch::Message(std::string_view path) const {
-  return std::string(path) + ": " + (tensor.empty() ? "the header" : "tensor '" + tensor + "'") +
-         ": SHA-256 mismatch: expected " + (expected ? ShortDigest(*expected) : "(no valid digest stored)") +
+  const DigestAlgorithm algorithm =
+      expected ? expected->algorithm() : found ? found->algorithm() : DigestAlgorithm::kSha256;
+  return std::string(path) + ": " + (tensor.empty() ? "the header" : "tensor '" + tensor + "'") + ": " +
+         std::string(DigestAlgorithmTitle(algorithm)) +
+         " mismatch: expected " + (expected ? ShortDigest(*expected) : "(no valid digest stored)") +
          ", found " + (found ? ShortDigest(*found) : "(no such tensor)");
 }
 
@@ -60,12 +63,15 @@ Result<LoadedPromptCache> LoadPromptCache(Env* env, const std::string& path, con
   out.layout = info.layout;
   out.compressed = info.compression.has_value();
   out.has_digests = info.has_digests;
+  out.digest_algorithm = info.digest_algorithm;
   out.user_metadata = info.user_metadata;
   // In kvtool verify's order: impossible layers (Corruption), the digests,
   // then what kvstore cannot load; all before any layer is built.
   const Status valid = reader->Validate();
   if (valid.IsCorruption()) return valid;
-  if (options.verify) {
+  // A compressed file is decompressed whole at open: checking its digests
+  // then costs one more pass over bytes in memory.
+  if (options.verify || (out.compressed && info.has_digests && options.verify_compressed)) {
     KV_ASSIGN_OR_RETURN(VerifyReport report, reader->Verify(options.threads));
     KV_RETURN_IF_ERROR(report.ToStatus(path));
     out.verified = true;
@@ -96,6 +102,7 @@ Status ValidatePromptCacheFile(Env* env, const std::string& path, const ParseLim
 SavePromptCacheOptions SameFormatAs(const PromptCacheInfo& info) {
   SavePromptCacheOptions options;
   options.layout = info.layout == PromptCacheLayout::kMlxLmLegacy ? PromptCacheLayout::kMlxLm : info.layout;
+  if (info.has_digests) options.digest = info.digest_algorithm;
   if (info.compression) {
     const bool planes = info.compression->codec == ZstdCodecName(ZstdCodec::kBytePlane);
     options.codec = planes ? ZstdCodec::kBytePlane : ZstdCodec::kZstd;

@@ -8,6 +8,7 @@
 #include "kvstore/json.h"
 #include "libkvstore/format/digests.h"
 #include "libkvstore/format/reader_impl.h"
+#include "libkvstore/integrity/digest.h"
 #include "libkvstore/io/memory_file.h"
 #include "libkvstore/util/parallel.h"
 
@@ -33,7 +34,8 @@ std::optional<PromptCacheLayout> LayoutFromName(std::string_view name) {
 
 bool IsKvstoreMetadataKey(std::string_view user_key) {
   return user_key == kFormatKey || user_key == kTensorDigestsKey || user_key == kHeaderDigestKey ||
-         user_key == kHmacKey;
+         user_key == kHmacKey || user_key == kDigestAlgorithmKey || user_key == kDigestTensorsKey ||
+         user_key == kDigestHeaderKey;
 }
 
 namespace {
@@ -89,19 +91,27 @@ LayerInfo DescribeLayer(const ParsedLayer& layer, size_t index, const Safetensor
   return info;
 }
 
-void ReadDigests(ReaderImpl& r) {
-  auto tensors_json = r.header.FindMetadata(kTensorDigestsMetaKey);
-  auto header_hex = r.header.FindMetadata(kHeaderDigestMetaKey);
-  if (!tensors_json && !header_hex) return;  // no digests
-  r.header_digest_found = Sha256(std::string_view(CanonicalHeader(r.header.tensors, r.header.metadata)));
-  if (!tensors_json || !header_hex) return;
-  Result<std::map<std::string, Sha256Digest>> parsed = DigestsFromJson(*tensors_json);
-  std::optional<Sha256Digest> want = Sha256Digest::FromHex(*header_hex);
-  if (!parsed.ok() || !want) return;
+// Corruption for an unknown algorithm; a digest of the wrong length leaves
+// the digests unreadable (a header mismatch).
+Status ReadDigests(ReaderImpl& r) {
+  DigestKeys keys;
+  Result<DigestAlgorithm> algorithm = DeclaredDigestAlgorithm(r.header.metadata, &keys);
+  if (!algorithm.ok()) return algorithm.status().WithPrefix(r.path);
+  r.algorithm = *algorithm;
+  auto tensors_json = r.header.FindMetadata(keys.tensors);
+  auto header_hex = r.header.FindMetadata(keys.header);
+  if (!tensors_json && !header_hex) return Status::OK();  // no digests
+  r.header_digest_found =
+      ComputeDigest(r.algorithm, std::string_view(CanonicalHeader(r.header.tensors, r.header.metadata)));
+  if (!tensors_json || !header_hex) return Status::OK();
+  Result<std::map<std::string, Digest>> parsed = DigestsFromJson(*tensors_json, r.algorithm);
+  std::optional<Digest> want = Digest::FromHex(r.algorithm, *header_hex);
+  if (!parsed.ok() || !want) return Status::OK();  // unreadable: a header mismatch when verified
   r.digests = std::move(parsed).value();
   r.digests_readable = true;
   r.header_digest_stored = want;
   r.header_digest_ok = r.header_digest_found == *want;
+  return Status::OK();
 }
 
 }  // namespace
@@ -152,16 +162,16 @@ Result<TensorArrays> PromptCacheReader::Impl::Fetch(const std::vector<size_t>& i
 
 std::vector<DigestMismatch> PromptCacheReader::Impl::Mismatches(const std::vector<size_t>& indices,
                                                                 const TensorArrays& arrays, int workers) const {
-  std::vector<Sha256Digest> found(indices.size());
+  std::vector<Digest> found(indices.size());
   std::vector<char> bad(indices.size(), 0);
   (void)ParallelFor(indices.size(), workers, [&](size_t k) {
     const TensorInfo& t = header.tensors[indices[k]];
-    Sha256Digest got;
+    Digest got;
     if (plain) {
       plain->file().WillRead(header.data_offset() + t.begin, t.nbytes());
-      got = Sha256(plain->TensorBytes(t));
+      got = ComputeDigest(algorithm, plain->TensorBytes(t));
     } else {
-      got = Sha256(arrays.at(indices[k]));
+      got = ComputeDigest(algorithm, arrays.at(indices[k]));
     }
     auto it = digests.find(t.name);
     bad[k] = it == digests.end() || it->second != got;
@@ -272,12 +282,13 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   if (!parsed.ok()) return parsed.status().WithPrefix(path);
   r->parsed = std::move(parsed).value();
   KV_RETURN_IF_ERROR(CheckLayers(r->header, r->parsed.layers).WithPrefix(path));
-  ReadDigests(*r);
+  KV_RETURN_IF_ERROR(ReadDigests(*r));
 
   PromptCacheInfo& info = r->info;
   info.layout = r->parsed.layout;
   info.tensor_bytes = r->header.data_size;
   info.has_digests = r->parsed.has_digests;
+  info.digest_algorithm = r->algorithm;
   info.user_metadata = r->parsed.user;
   if (!r->parsed.unsupported.ok()) info.unsupported = std::string(r->parsed.unsupported.message());
   for (size_t i = 0; i < r->parsed.layers.size(); ++i) info.layers.push_back(DescribeLayer(r->parsed.layers[i], i, r->header));

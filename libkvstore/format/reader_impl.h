@@ -12,7 +12,7 @@
 #include "kvstore/prompt_cache_file.h"
 #include "kvstore/zstd_seekable.h"
 #include "libkvstore/format/layout.h"
-#include "libkvstore/integrity/sha256.h"
+#include "kvstore/digest.h"
 
 namespace kvstore {
 
@@ -29,11 +29,12 @@ struct PromptCacheReader::Impl {
   PromptCacheInfo info;
 
   // Stored digests (when the file has them).
-  std::map<std::string, Sha256Digest> digests;
+  DigestAlgorithm algorithm = DigestAlgorithm::kSha256;  // the file's (SHA-256 when it names none)
+  std::map<std::string, Digest> digests;
   bool header_digest_ok = false;   // the header digest is present and matches
   bool digests_readable = false;   // both digest entries present and well formed
-  std::optional<Sha256Digest> header_digest_stored;  // when readable
-  Sha256Digest header_digest_found;                  // of the header as it is (with digests)
+  std::optional<Digest> header_digest_stored;  // when readable
+  Digest header_digest_found;                  // of the header as it is (with digests)
 
   // The header's tensors `indices`, by index. Plain files: views of the mapping (populated first when
   // `prefetch`); compressed files: decompressed on all cores.

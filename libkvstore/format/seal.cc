@@ -13,8 +13,10 @@ std::string SealDigests(std::string_view secret, std::string_view context, std::
 
 Status CheckSeal(const SafetensorsHeader& header, std::string_view secret, std::string_view context) {
   auto seal = header.FindMetadata(kHmacMetaKey);
-  auto header_hex = header.FindMetadata(kHeaderDigestMetaKey);
-  auto tensors_json = header.FindMetadata(kTensorDigestsMetaKey);
+  DigestKeys keys;
+  KV_RETURN_IF_ERROR(DeclaredDigestAlgorithm(header.metadata, &keys).status());
+  auto header_hex = header.FindMetadata(keys.header);
+  auto tensors_json = header.FindMetadata(keys.tensors);
   if (!seal) return Status::Corruption("integrity: no HMAC seal (1.kvstore_hmac_sha256)");
   if (!header_hex || !tensors_json) return Status::Corruption("integrity: sealed without digests");
   std::optional<Sha256Digest> got = Sha256Digest::FromHex(*seal);

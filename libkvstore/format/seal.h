@@ -1,7 +1,9 @@
 // The HMAC seal of a prompt-cache file (docs/format.md §5.4): metadata key
 // 1.kvstore_hmac_sha256 = hex HMAC-SHA256 under a shared secret of
 //   "kvstore-hmac/1\n" context "\n" header-digest-hex "\n" tensor-digests-json
-// where the two digests are the file's own entries, as stored. Through them
+// where the two digests are the file's own entries, as stored, whichever
+// algorithm computed them (the algorithm's name is covered by the header
+// digest). Through them
 // it covers every tensor byte and every header entry; `context` binds the
 // file to where it is kept (the shared tier passes the key name).
 #ifndef KVSTORE_LIBKVSTORE_FORMAT_SEAL_H_

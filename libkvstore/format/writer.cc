@@ -5,6 +5,7 @@
 #include "libkvstore/format/digests.h"
 #include "libkvstore/format/hash_pipeline.h"
 #include "libkvstore/format/layout.h"
+#include "libkvstore/integrity/digest.h"
 
 namespace kvstore {
 namespace {
@@ -99,7 +100,7 @@ class Saver {
   std::vector<TensorInfo> specs_;
   std::map<std::string, PlannedTensor> planned_;
   Metadata metadata_;
-  std::map<std::string, Sha256Digest> digests_;
+  std::map<std::string, Digest> digests_;
   uint64_t total_bytes_ = 0, done_bytes_ = 0, reported_ = 0;
 };
 
@@ -128,17 +129,24 @@ Status Saver::Plan(const Metadata& user_metadata) {
   }
   if (!options_.integrity) return Status::OK();
   metadata_.emplace_back("1." + std::string(kFormatKey), kFormatValue);
+  const DigestAlgorithm algorithm = options_.digest;
+  if (algorithm != DigestAlgorithm::kSha256) {
+    metadata_.emplace_back(std::string(kDigestAlgorithmMetaKey), std::string(DigestAlgorithmName(algorithm)));
+  }
   const std::string canonical = CanonicalHeader(specs_, metadata_);
-  metadata_.emplace_back(std::string(kHeaderDigestMetaKey), Sha256(std::string_view(canonical)).ToHex());
+  metadata_.emplace_back(std::string(DigestKeysFor(algorithm).header),
+                         ComputeDigest(algorithm, std::string_view(canonical)).ToHex());
   if (hooks_.seal) metadata_.emplace_back(std::string(kHmacMetaKey), std::string(2 * Sha256Digest::kSize, '0'));
   // Placeholders of the final length; the header is rewritten at the end.
-  for (const TensorInfo& t : specs_) digests_[t.name] = Sha256Digest();
+  for (const TensorInfo& t : specs_) digests_[t.name] = Digest(algorithm);
   return Status::OK();
 }
 
 Result<SafetensorsLayout> Saver::Layout() const {
   Metadata metadata = metadata_;
-  if (options_.integrity) metadata.emplace_back(std::string(kTensorDigestsMetaKey), DigestsToJson(digests_));
+  if (options_.integrity) {
+    metadata.emplace_back(std::string(DigestKeysFor(options_.digest).tensors), DigestsToJson(digests_));
+  }
   SafetensorsWriteOptions write;
   write.alignment = options_.alignment;
   return PlanSafetensors(std::span<const TensorInfo>(specs_), metadata, write);
@@ -148,7 +156,7 @@ Result<SafetensorsLayout> Saver::Layout() const {
 Status Saver::Seal() {
   std::string header_hex;
   for (const auto& [k, v] : metadata_) {
-    if (k == kHeaderDigestMetaKey) header_hex = v;
+    if (k == DigestKeysFor(options_.digest).header) header_hex = v;
   }
   for (auto& [k, v] : metadata_) {
     if (k != kHmacMetaKey) continue;
@@ -164,8 +172,11 @@ Status Saver::Write(WritableFile& out) {
   KV_RETURN_IF_ERROR(out.Append(std::as_bytes(std::span(layout.header_bytes))));
   // Hashing while writing serves the digests and the check of bytes copied
   // from a file with digests.
-  std::optional<HashPipeline> hasher;
-  if (options_.integrity || hooks_.expected_digest) hasher.emplace(options_.threads, kMaxHashBacklog);
+  std::optional<HashPipeline> hasher, checker;
+  if (options_.integrity) hasher.emplace(options_.digest, options_.threads, kMaxHashBacklog);
+  if (hooks_.expected_digest && (!hasher || hooks_.expected_algorithm != options_.digest)) {
+    checker.emplace(hooks_.expected_algorithm, options_.threads, kMaxHashBacklog);
+  }
   std::vector<std::optional<ExpectedDigest>> expected(layout.tensors.size());
   for (size_t id = 0; id < layout.tensors.size(); ++id) {
     const TensorInfo& info = layout.tensors[id];
@@ -176,22 +187,21 @@ Status Saver::Write(WritableFile& out) {
       return Status::Internal("layer " + std::to_string(p.layer) + " changed between the passes of a save");
     }
     const Array& a = flat->tensors[p.slot].array;
-    if (hasher) {
-      if (hooks_.expected_digest) expected[id] = hooks_.expected_digest(a);
-      hasher->Submit(id, a);
-    }
+    if (hooks_.expected_digest) expected[id] = hooks_.expected_digest(a);
+    if (hasher) hasher->Submit(id, a);
+    if (checker) checker->Submit(id, a);
     KV_RETURN_IF_ERROR(AppendArrayBytes(out, a));
     Progress(a.nbytes());
   }
-  if (!hasher) return Status::OK();
-  const std::vector<Sha256Digest> got = hasher->Finish();
+  const std::vector<Digest> got = hasher ? hasher->Finish() : std::vector<Digest>();
+  const std::vector<Digest> checked = checker ? checker->Finish() : got;
   for (size_t id = 0; id < layout.tensors.size(); ++id) {
     const std::string& name = layout.tensors[id].name;
-    if (expected[id] && expected[id]->digest != got[id]) {
-      const DigestMismatch m{.tensor = expected[id]->tensor, .expected = expected[id]->digest, .found = got[id]};
+    if (expected[id] && expected[id]->digest != checked[id]) {
+      const DigestMismatch m{.tensor = expected[id]->tensor, .expected = expected[id]->digest, .found = checked[id]};
       return Status::Corruption(m.Message(expected[id]->path) + " (copied to '" + name + "')");
     }
-    digests_[name] = got[id];
+    if (hasher) digests_[name] = got[id];
   }
   if (!options_.integrity) return Status::OK();
   if (hooks_.seal) KV_RETURN_IF_ERROR(Seal());
@@ -230,7 +240,9 @@ Status SaveLayers(Env* env, const std::string& path, size_t num_layers, const La
   KV_RETURN_IF_ERROR(CheckWritableLayout(options));
   Saver saver(num_layers, source, options, hooks);
   KV_RETURN_IF_ERROR(saver.Plan(user_metadata));
-  return WriteFileAtomic(env, path, [&](WritableFile& file) { return WriteSaved(saver, file, options); });
+  return WriteFileAtomic(
+      env, path, [&](WritableFile& file) { return WriteSaved(saver, file, options); },
+      AtomicWriteOptions{.sync = options.durable});
 }
 
 Status SaveLayersTo(WritableFile& file, size_t num_layers, const LayerSource& source, const Metadata& user_metadata,

@@ -17,14 +17,14 @@
 #include <string>
 
 #include "kvstore/prompt_cache_file.h"
-#include "libkvstore/integrity/sha256.h"
+#include "kvstore/digest.h"
 
 namespace kvstore {
 
 // The digest a tensor's bytes must have because they are copied unchanged
 // from tensor `tensor` of the file `path`, which stores it.
 struct ExpectedDigest {
-  std::optional<Sha256Digest> digest;  // nullopt: the file stores none for it (always a mismatch)
+  std::optional<Digest> digest;  // nullopt: the file stores none for it (always a mismatch)
   std::string path;
   std::string tensor;
 };
@@ -34,9 +34,12 @@ struct WriterHooks {
   // Corruption, the source tensor's DigestMismatch message (the output file
   // is left untouched).
   std::function<std::optional<ExpectedDigest>(const Array&)> expected_digest;
+  // The algorithm of the digests expected_digest returns (the source
+  // file's); hashed apart when it is not the output's.
+  DigestAlgorithm expected_algorithm = DigestAlgorithm::kSha256;
   // With integrity on: the file also carries 1.kvstore_hmac_sha256, set to
   // what this returns (64 hex digits) for the file's header digest and its
-  // tensor digests as stored (docs/format.md §5.4).
+  // tensor digests as stored, whatever their algorithm (docs/format.md §5.4).
   std::function<std::string(std::string_view header_digest_hex, std::string_view tensor_digests_json)> seal;
 };
 

@@ -6,9 +6,11 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cassert>
 
 #include "kvstore/array.h"
+#include "kvstore/digest.h"
 #include "libkvstore/integrity/sha1.h"
 
 namespace kvstore {
@@ -16,32 +18,15 @@ namespace kvstore {
 namespace {
 constexpr char kHexDigits[] = "0123456789abcdef";
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 }  // namespace
 
-std::string Sha256Digest::ToHex() const {
-  std::string out(kSize * 2, '0');
-  for (size_t i = 0; i < kSize; ++i) {
-    out[2 * i] = kHexDigits[bytes_[i] >> 4];
-    out[2 * i + 1] = kHexDigits[bytes_[i] & 0xF];
-  }
-  return out;
-}
+std::string Sha256Digest::ToHex() const { return Digest(*this).ToHex(); }
 
 std::optional<Sha256Digest> Sha256Digest::FromHex(std::string_view hex) {
-  if (hex.size() != kSize * 2) return std::nullopt;
+  const std::optional<Digest> d = Digest::FromHex(DigestAlgorithm::kSha256, hex);
+  if (!d) return std::nullopt;
   std::array<uint8_t, kSize> bytes;
-  for (size_t i = 0; i < kSize; ++i) {
-    const int hi = HexValue(hex[2 * i]);
-    const int lo = HexValue(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  std::copy(d->bytes().begin(), d->bytes().end(), bytes.begin());
   return Sha256Digest(bytes);
 }
 

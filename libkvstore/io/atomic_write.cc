@@ -69,8 +69,8 @@ class TempFileGuard {
   const std::string& path() const { return path_; }
   void Adopt(std::unique_ptr<WritableFile> file) { file_ = std::move(file); }
   WritableFile& file() { return *file_; }
-  Status SyncAndClose() {
-    KV_RETURN_IF_ERROR(file_->Sync());
+  Status SyncAndClose(bool sync) {
+    if (sync) KV_RETURN_IF_ERROR(file_->Sync());
     Status s = file_->Close();
     file_.reset();
     return s;
@@ -108,8 +108,8 @@ Status AboutOutput(const Status& s, const std::string& temp, const std::string& 
 
 }  // namespace
 
-Status WriteFileAtomic(Env* env, const std::string& path,
-                       const std::function<Status(WritableFile&)>& fill) {
+Status WriteFileAtomic(Env* env, const std::string& path, const std::function<Status(WritableFile&)>& fill,
+                       const AtomicWriteOptions& options) {
   // What is replaced: `path`, or the regular file a symbolic link there
   // leads to. Anything else (a device, a FIFO, a directory) is refused
   // before a temp file exists.
@@ -131,10 +131,10 @@ Status WriteFileAtomic(Env* env, const std::string& path,
   if (!file.ok()) return about_output(file.status());
   temp.Adopt(std::move(file).value());
   if (Status s = fill(temp.file()); !s.ok()) return about_output(s);
-  if (Status s = temp.SyncAndClose(); !s.ok()) return about_output(s);
+  if (Status s = temp.SyncAndClose(options.sync); !s.ok()) return about_output(s);
   if (Status s = env->RenameFile(temp.path(), target); !s.ok()) return about_output(s);
   temp.Disarm();
-  return env->SyncDir(DirName(target));
+  return options.sync ? env->SyncDir(DirName(target)) : Status::OK();
 }
 
 Status WriteStringAtomic(Env* env, const std::string& path, std::span<const std::byte> content) {

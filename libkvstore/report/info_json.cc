@@ -67,7 +67,7 @@ Json PromptCacheInfoJson(const PromptCacheInfo& info, std::string_view path,
   }
   if (info.has_digests) {
     Json i = Json::MakeObject();
-    i["algorithm"] = Json("sha256");
+    i["algorithm"] = Json(std::string(DigestAlgorithmName(info.digest_algorithm)));
     i["verified"] = verified ? Json(*verified) : Json();
     out["integrity"] = std::move(i);
   } else {

@@ -180,6 +180,7 @@ Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& heade
   SavePromptCacheOptions save;
   save.layout = PromptCacheLayout::kMlxLm;
   save.integrity = true;
+  save.digest = options.secret.empty() ? options.digest : DigestAlgorithm::kSha256;
   save.compression_level = options.compression_level;
   save.threads = 1;  // chunks are small; the caller runs many at once
   WriterHooks hooks;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/digest.h"
 #include "kvstore/safetensors.h"
 #include "libkvstore/shared_tier/chunk_keys.h"
 #include "libkvstore/shared_tier/chunk_layout.h"
@@ -48,6 +49,11 @@ Result<ChunkHeader> ChunkHeaderFromMetadata(const Metadata& metadata);
 struct ChunkEncodeOptions {
   std::string_view secret;             // non-empty: seal with the key name
   std::optional<int> compression_level;
+  // The digests of an unsealed value: XXH3-128 (what catches corruption at
+  // memory speed). A sealed value keeps SHA-256 whatever this says: the
+  // HMAC seal covers the digests, so it is only as strong as they are
+  // collision resistant (docs/format.md §5.4, §8.4).
+  DigestAlgorithm digest = DigestAlgorithm::kXxh3_128;
 };
 
 // The value of `header` with one file layer per piece (in header.layers

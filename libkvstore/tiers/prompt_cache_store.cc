@@ -63,15 +63,17 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
   // The store reads its own files only, so it writes mlx-lm's current
   // layout, which (unlike the 0.31 release's) holds every ArraysCache.
-  SavePromptCacheOptions options;
-  options.layout = PromptCacheLayout::kMlxLm;
+  SavePromptCacheOptions save;
+  save.layout = PromptCacheLayout::kMlxLm;
+  save.digest = options.digest;
+  save.durable = options.durable;
   // Saved under a temp name (Open removes leftovers), then renamed into
   // place under the lock together with the index update: a Drop of the
   // entry this replaces (a fetch that found the old file corrupt) or an
   // eviction can then never remove the new file before it is indexed.
   const std::string staged =
       file + ".kvtmp-" + std::to_string(env->ProcessId()) + "-put" + std::to_string(next_staged.fetch_add(1));
-  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(staged), cache, metadata, options));
+  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(staged), cache, metadata, save));
   Result<uint64_t> size = env->GetFileSize(Path(staged));
   if (!size.ok()) {
     (void)env->RemoveFile(Path(staged));
@@ -87,7 +89,8 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
                static_cast<int64_t>(*size), DigestHex(fingerprint), 0, CanTrimPromptCache(cache)});
     EvictLocked();
   }
-  return env->SyncDir(dir);  // the rename's durability; the entry is indexed either way
+  // The rename's durability; the entry is indexed either way.
+  return options.durable ? env->SyncDir(dir) : Status::OK();
 }
 
 void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerprint& asked) {

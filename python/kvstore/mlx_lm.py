@@ -18,15 +18,19 @@ from .errors import Error
 __all__ = ["save_prompt_cache", "load_prompt_cache", "TieredPromptCache"]
 
 
-def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zstd", integrity=True):
+def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zstd", integrity=True,
+                      durable=True):
     """Save a prompt cache (a list of mlx-lm cache objects) to a file.
 
     Without ``compress`` the file is one mlx-lm's own ``load_prompt_cache`` reads (for
     ArraysCache, in the layout of the mlx-lm that is imported). ``integrity`` adds
-    SHA-256 digests as metadata mlx-lm ignores; ``compress`` (True or a zstd level) writes
-    a seekable zstd container (``codec="byteplane"`` for a better ratio on 16-bit floats)
-    that only kvstore reads. Like ``mx.save_safetensors``, ".safetensors" is appended to
-    a name without it. The write is atomic (temp file, fsync, rename).
+    digests as metadata mlx-lm ignores: True or "sha256" (SHA-256, for files exchanged),
+    "xxh3" (XXH3-128, at memory speed, for caches), False for none; ``compress`` (True or
+    a zstd level) writes a seekable zstd container (``codec="byteplane"`` for a better
+    ratio on 16-bit floats) that only kvstore reads. Like ``mx.save_safetensors``,
+    ".safetensors" is appended to a name without it. The write is atomic: temp file,
+    fsync, rename with ``durable=True``; temp file + rename with ``durable=False`` (a
+    crash may then lose or tear the file, which a verified load refuses).
     """
     file_name = _kvstore.expand_user(os.fspath(file_name))
     if not file_name.endswith(".safetensors"):
@@ -40,6 +44,7 @@ def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zs
         codec=codec,
         integrity=integrity,
         layout=layout_for(layers),
+        durable=durable,
     )
 
 
@@ -47,17 +52,19 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     """Load a prompt cache written by mlx-lm, mlx-swift-lm or kvstore (plain or compressed).
 
     Returns a list of mlx-lm cache objects, and the user metadata dict when
-    ``return_metadata``. ``verify`` checks the file's SHA-256 digests first
-    (CorruptionError naming the tensor on a mismatch).
+    ``return_metadata``. ``verify`` checks the file's digests first, with the algorithm
+    the file declares (CorruptionError naming the tensor on a mismatch); a compressed
+    file with digests is checked whatever ``verify`` says.
 
-    A plain mlx-lm-layout ``.safetensors`` file loaded without ``verify`` (and without
-    ArraysCache layers, whose layout depends on the mlx-lm version) is checked by kvstore
-    from its header and then read by mlx-lm's own ``load_prompt_cache``: MLX's reader
-    fills MLX memory straight from the file, which no copy through kvstore can beat.
+    A plain mlx-lm-layout ``.safetensors`` file (without ArraysCache layers, whose layout
+    depends on the mlx-lm version) is checked by kvstore from its header (and, with
+    ``verify``, its digests) and then read by mlx-lm's own ``load_prompt_cache`` from the
+    same open file: MLX's reader fills MLX memory straight from the file, which no copy
+    through kvstore can beat.
     Everything else is read by kvstore and copied into MLX once.
     """
     path = _kvstore.expand_user(os.fspath(file_name))
-    loaded = None if verify else _load_through_mlx(path)
+    loaded = _load_through_mlx(path, verify)
     if loaded is not None:
         cache, metadata = loaded
     else:
@@ -68,13 +75,14 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     return cache
 
 
-def _load_through_mlx(path):
+def _load_through_mlx(path, verify=False):
     """(cache, metadata) read by mlx-lm's own loader when kvstore's header check says it
-    reads the file exactly as kvstore would, else None.
+    reads the file exactly as kvstore would (and, with ``verify``, its digests match),
+    else None.
 
-    The file is opened once: the header is checked through that descriptor and mlx-lm
-    reads the same open file, so a file atomically replaced meanwhile is never loaded
-    unchecked. A file rewritten in place meanwhile (its size or mtime changed) is read
+    The file is opened once: the header and digests are checked through that descriptor
+    and mlx-lm reads the same open file, so a file atomically replaced meanwhile is never
+    loaded unchecked. A file rewritten in place meanwhile (its size or mtime changed) is read
     again by kvstore instead.
     """
     if not path.endswith(".safetensors"):
@@ -86,7 +94,7 @@ def _load_through_mlx(path):
     with f:
         before = os.fstat(f.fileno())
         try:
-            if not _mlx_reads_it("/dev/fd/%d" % f.fileno()):
+            if not _mlx_reads_it("/dev/fd/%d" % f.fileno(), verify):
                 return None
         except (Error, OSError):
             return None  # kvstore's loader raises it again, naming the path
@@ -100,9 +108,11 @@ def _changed(a, b):
     return (a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns) != (b.st_dev, b.st_ino, b.st_size, b.st_mtime_ns)
 
 
-def _mlx_reads_it(path):
-    """True when the imported mlx-lm loads `path` exactly as kvstore would (header checked)."""
-    info = _kvstore.inspect(path)  # the header: safetensors rules, layout, classes
+def _mlx_reads_it(path, verify=False):
+    """True when the imported mlx-lm loads `path` exactly as kvstore would (header checked;
+    with ``verify`` every digest too: a mismatch raises, and kvstore's own load then
+    raises it again naming the path)."""
+    info = _kvstore.inspect(path, verify=verify)  # the header: safetensors rules, layout, classes
     if info["compression"] is not None or info["layout"] != "mlx-lm" or "unsupported" in info:
         return False
     if not info["layers"]:

@@ -62,10 +62,13 @@ void ParseQuantize(py::handle quantize, LayerTransform& t) {
 }
 
 void Convert(const std::filesystem::path& in_path, const std::filesystem::path& out_path, const py::object& compress,
-             std::optional<std::string> codec, std::optional<bool> integrity, std::optional<std::string> layout,
+             std::optional<std::string> codec, const py::object& integrity, std::optional<std::string> layout,
              const py::object& quantize,
              bool dequantize, bool gpu_rounding, std::optional<std::string> dtype, int threads) {
   const std::string in = UserPath(in_path), out = UserPath(out_path);
+  // None keeps the input's digests (and their algorithm); else as save's.
+  const bool integrity_asked = !integrity.is_none();
+  const std::optional<DigestAlgorithm> digest = integrity_asked ? ParseIntegrity(integrity) : std::nullopt;
   LayerTransform transform;
   ParseQuantize(quantize, transform);
   if (dequantize && transform.bits != 0) ThrowInvalid("quantize and dequantize exclude each other");
@@ -103,8 +106,8 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
       if (level_asked) level = level_asked;
       if (default_level) level = DefaultZstdLevel(out_codec);
       const PromptCacheLayout out_layout = layout_asked ? to : same.layout;
-      const bool rewrite = transform.any() || integrity.value_or(false) ||
-                           (integrity.has_value() && !*integrity && info.has_digests) || out_layout != info.layout;
+      const bool rewrite = transform.any() || digest.has_value() || (integrity_asked && info.has_digests) ||
+                           out_layout != info.layout;
       if (!rewrite) {
         TranscodeOptions t;
         t.compression_level = level;
@@ -114,7 +117,8 @@ void Convert(const std::filesystem::path& in_path, const std::filesystem::path& 
       }
       ConvertOptions c;
       c.output.layout = out_layout;
-      c.output.integrity = integrity.value_or(true);
+      c.output.integrity = !integrity_asked || digest.has_value();
+      c.output.digest = digest.value_or(same.digest);
       c.output.compression_level = level;
       c.output.codec = out_codec;
       c.threads = threads;
@@ -155,7 +159,8 @@ void RegisterConvertApi(py::module_& m) {
         R"doc(Rewrite a prompt-cache file, as `kvtool convert`; None keeps what the input has.
 
 compress: False decompresses, True the default zstd level, an int a level; codec:
-"zstd" or "byteplane"; integrity: add (True) or drop (False) the digests; layout:
+"zstd" or "byteplane"; integrity: None keeps the input's digests, True or "sha256" / "xxh3"
+writes them with that algorithm, False drops them; layout:
 one of kvstore._kvstore.LAYOUTS; quantize: bits, (bits, group) or "BITS[:GROUP]";
 dequantize: back to plain KV caches; dtype: "F16", "BF16" or "F32". The output is
 written atomically. Raises InvalidArgumentError for bad arguments and as load does.)doc");

@@ -79,14 +79,17 @@ py::object Load(const std::filesystem::path& file, bool verify, int threads) {
 }
 
 void Save(const std::filesystem::path& file, const py::object& layers, const py::object& metadata,
-          const py::object& compress,
-          const std::string& codec, bool integrity, const std::optional<std::string>& layout, int threads) {
+          const py::object& compress, const std::string& codec, const py::object& integrity,
+          const std::optional<std::string>& layout, int threads, bool durable) {
   const std::string path = UserPath(file);
   SavePromptCacheOptions options;  // layout: the library's default for saves from scratch unless asked
   if (layout) options.layout = ParseLayoutName(*layout);
   options.codec = ParseCodecName(codec);
   options.compression_level = ParseCompression(compress, options.codec);
-  options.integrity = integrity;
+  const std::optional<DigestAlgorithm> digest = ParseIntegrity(integrity);
+  options.integrity = digest.has_value();
+  options.digest = digest.value_or(DigestAlgorithm::kSha256);
+  options.durable = durable;
   options.threads = threads;
   const PromptCache cache = LayersFromPython(layers);
   const Metadata md = MetadataFromPython(metadata);
@@ -208,6 +211,17 @@ PromptCacheLayout ParseLayoutName(const std::string& name) {
   ThrowInvalid("layout must be one of " + names + ", got \"" + name + "\"");
 }
 
+std::optional<DigestAlgorithm> ParseIntegrity(py::handle integrity) {
+  if (py::isinstance<py::bool_>(integrity)) {
+    return integrity.cast<bool>() ? std::optional(DigestAlgorithm::kSha256) : std::nullopt;
+  }
+  if (py::isinstance<py::str>(integrity)) {
+    const std::string name = integrity.cast<std::string>();
+    if (name == "sha256" || name == "xxh3") return DigestAlgorithmFromName(name);
+  }
+  ThrowInvalid("integrity must be True, \"sha256\", \"xxh3\" or False (got " + std::string(py::repr(integrity)) + ")");
+}
+
 ZstdCodec ParseCodecName(const std::string& name) {
   if (std::optional<ZstdCodec> codec = ParseZstdCodec(name)) return *codec;
   ThrowInvalid("codec must be \"zstd\" or \"byteplane\", got \"" + name + "\"");
@@ -270,14 +284,17 @@ FailedPreconditionError without digests); threads: 0 picks a default.
 Returns a kvstore.CacheFile; raises NotFoundError, CorruptionError, NotSupportedError.)doc");
   m.def("save", &Save, py::arg("path"), py::arg("layers"), py::arg("metadata") = py::none(), py::kw_only(),
         py::arg("compress") = py::none(), py::arg("codec") = "zstd", py::arg("integrity") = true,
-        py::arg("layout") = py::none(), py::arg("threads") = 0,
-        R"doc(Write layers to a prompt-cache file atomically (temp file, fsync, rename).
+        py::arg("layout") = py::none(), py::arg("threads") = 0, py::arg("durable") = true,
+        R"doc(Write layers to a prompt-cache file atomically (temp file, fsync unless
+durable=False, rename).
 
 layers: kvstore.Layer objects, a CacheFile, objects with class_name, state and
 meta_state, or (class_name, state, meta_state) tuples; metadata: dict of str to str.
 compress: None/False plain safetensors, True the default zstd level, an int a level;
-codec: "zstd" or "byteplane"; integrity adds SHA-256 digests; layout: None for
-kvstore.DEFAULT_LAYOUT, or one of kvstore._kvstore.LAYOUTS.
+codec: "zstd" or "byteplane"; integrity: True or "sha256" (SHA-256 digests, the
+default), "xxh3" (XXH3-128 digests, for bit rot on local disks), False (none);
+layout: None for kvstore.DEFAULT_LAYOUT, or one of kvstore._kvstore.LAYOUTS;
+durable: False skips the fsyncs (a cache that can be recomputed).
 Raises InvalidArgumentError for bad arguments or layers, FileIOError when writing fails.)doc");
   m.def("is_kvstore_metadata_key", [](const std::string& key) { return IsKvstoreMetadataKey(key); },
         py::arg("key"), "True for the metadata keys kvstore itself writes (kvstore_format, digests).");

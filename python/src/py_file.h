@@ -29,6 +29,9 @@ PromptCacheLayout ParseLayoutName(const std::string& name);
 std::optional<int> ParseCompression(pybind11::handle compress, ZstdCodec codec);
 // ParseZstdCodec, InvalidArgumentError for a name it does not know.
 ZstdCodec ParseCodecName(const std::string& name);
+// integrity=True|"sha256"|"xxh3"|False: the digest algorithm (True is
+// SHA-256), nullopt for False; ValueError for anything else.
+std::optional<DigestAlgorithm> ParseIntegrity(pybind11::handle integrity);
 
 void RegisterFileApi(pybind11::module_& m);
 void RegisterConvertApi(pybind11::module_& m);

@@ -201,7 +201,9 @@ def test_info_and_inspect_equal_kvtool_inspect_json(tmp_path):
     kvstore.save(compressed, kvstore.load(str(F16)).layers, compress=True)
     paths = [str(p) for p in fixture_files()] + [compressed]
     for path in paths:
-        assert kvstore.load(path).info == kvtool_json("inspect", "--json", path), path
+        # A compressed file with digests is verified on load (as inspect --verify does).
+        flags = ["--verify"] if path == compressed else []
+        assert kvstore.load(path).info == kvtool_json("inspect", "--json", *flags, path), path
         try:
             verified = kvstore.inspect(path, verify=True)
         except kvstore.FailedPreconditionError as e:  # no digests: raised as kvtool exits 4, after the info
@@ -365,6 +367,7 @@ def test_convert_and_trim_do_what_kvtool_does(tmp_path):
         (dict(compress=True), ["--compress"]),
         (dict(compress=True, codec="byteplane"), ["--codec", "byteplane"]),
         (dict(integrity=True), ["--integrity"]),
+        (dict(integrity="xxh3"), ["--integrity=xxh3"]),
         (dict(quantize=(4, 64)), ["--quantize", "4:64"]),
         (dict(dtype="bf16"), ["--dtype", "bf16"]),
         (dict(layout="mlx-swift-lm"), ["--to", "mlx-swift-lm"]),
@@ -462,3 +465,40 @@ def test_paths_starting_with_tilde_are_in_the_home_directory(tmp_path, monkeypat
     assert kvstore._kvstore.expand_user("~") == str(home)
     with pytest.raises(kvstore.InvalidArgumentError, match="no user"):
         kvstore.load("~no-such-user-kvstore/a.safetensors")
+
+
+def test_integrity_names_the_digest_algorithm(tmp_path):
+    path = str(tmp_path / "x.safetensors")
+    for integrity, algorithm in ((True, "sha256"), ("sha256", "sha256"), ("xxh3", "xxh3-128")):
+        kvstore.save(path, kv_layers(), integrity=integrity, durable=False)
+        assert kvstore.inspect(path)["integrity"]["algorithm"] == algorithm
+        assert kvstore.verify(path)["bytes_hashed"] > 0
+        assert kvstore.load(path, verify=True).metadata == {}
+    # Each tensor's digest is what `xxhsum -H2` prints for its bytes.
+    if shutil.which("xxhsum"):
+        data = open(path, "rb").read()
+        n = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + n])
+        begin, end = header["0.0"]["data_offsets"]
+        tensor = tmp_path / "tensor.bin"
+        tensor.write_bytes(data[8 + n + begin:8 + n + end])
+        printed = subprocess.run(["xxhsum", "-H2", str(tensor)], check=True, capture_output=True, text=True).stdout
+        stored = json.loads(header["__metadata__"]["1.kvstore_digest_tensors"])["0.0"]
+        assert printed.split()[0] == stored
+    for bad in ("md5", 1, None):
+        with pytest.raises(kvstore.InvalidArgumentError):
+            kvstore.save(path, kv_layers(), integrity=bad)
+    kvstore.save(path, kv_layers(), integrity="xxh3")
+    flip_byte(path)
+    with pytest.raises(kvstore.CorruptionError, match="XXH3-128 mismatch"):
+        kvstore.load(path, verify=True)
+
+
+def test_compressed_files_are_verified_on_load(tmp_path):
+    for integrity in ("sha256", "xxh3"):
+        plain, packed = str(tmp_path / "p.safetensors"), str(tmp_path / "z.safetensors")
+        kvstore.save(plain, kv_layers(), integrity=integrity)
+        flip_byte(plain)
+        kvstore.convert(plain, packed, compress=True)  # container only: the digests are copied as they are
+        with pytest.raises(kvstore.CorruptionError, match="mismatch"):
+            kvstore.load(packed)

@@ -38,14 +38,18 @@ def test_every_fixture_class_saved_by_kvstore_loads_in_mlx_lm(mlx_cache, mx, tmp
     for path in files:
         want, metadata = mlx_cache.load_prompt_cache(str(path), return_metadata=True)
         classes |= {type(c).__name__ for c in want}
-        for integrity in (True, False):
+        for integrity in (True, "xxh3", False):
             out = tmp_path / f"{path.stem}.{integrity}.safetensors"
-            save_prompt_cache(str(out), want, metadata, integrity=integrity)
+            save_prompt_cache(str(out), want, metadata, integrity=integrity, durable=integrity is not False)
             got, got_metadata = mlx_cache.load_prompt_cache(str(out), return_metadata=True)
             assert_same_caches(mx, got, want)
-            if integrity:
+            if integrity is True:
                 assert set(got_metadata) - set(metadata) == {
                     "kvstore_format", "kvstore_sha256_tensors", "kvstore_sha256_header"}
+            if integrity == "xxh3":  # the disk tier's digests: mlx-lm ignores them too
+                assert set(got_metadata) - set(metadata) == {
+                    "kvstore_format", "kvstore_digest_algorithm", "kvstore_digest_tensors", "kvstore_digest_header"}
+                assert_same_caches(mx, load_prompt_cache(str(out), verify=True), want)
             assert kvstore_keys_removed(got_metadata) == metadata
     assert classes == {"KVCache", "RotatingKVCache", "QuantizedKVCache", "ChunkedKVCache", "ArraysCache",
                        "CacheList", "BatchKVCache", "BatchRotatingKVCache"}

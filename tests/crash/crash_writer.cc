@@ -24,11 +24,20 @@ kvstore::PromptCache MakeCache(float value) {
 int main(int argc, char** argv) {
   if (argc < 2) return 1;
   const kvstore::PromptCache a = MakeCache(1.0f), b = MakeCache(2.0f);
-  const bool once = argc > 2 && std::strcmp(argv[2], "once") == 0;
+  bool once = false;
+  kvstore::SavePromptCacheOptions options;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "once") == 0) once = true;
+    // As the disk tier writes: XXH3-128 digests, temp file + rename without fsync.
+    if (std::strcmp(argv[i], "fast") == 0) {
+      options.digest = kvstore::DigestAlgorithm::kXxh3_128;
+      options.durable = false;
+    }
+  }
   for (int i = 0;; ++i) {
     const bool first = i % 2 == 0;
     kvstore::Status s = kvstore::SavePromptCache(kvstore::Env::Default(), argv[1], first ? a : b,
-                                                 {{"version", first ? "A" : "B"}});
+                                                 {{"version", first ? "A" : "B"}}, options);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;

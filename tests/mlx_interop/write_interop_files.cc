@@ -45,6 +45,9 @@ std::vector<Variant> Variants() {
   SavePromptCacheOptions plain = current;
   plain.integrity = false;
   v.push_back({"mlx-lm.no-integrity", plain});
+  SavePromptCacheOptions xxh3 = current;  // the disk tier's digests: mlx-lm ignores them too
+  xxh3.digest = DigestAlgorithm::kXxh3_128;
+  v.push_back({"mlx-lm.xxh3", xxh3});
   SavePromptCacheOptions unaligned = current;
   unaligned.alignment = 1;  // MLX's own layout
   v.push_back({"mlx-lm.align1", unaligned});
