@@ -55,8 +55,7 @@ enum class ChunkRule {
 struct CacheClassInfo {
   std::string_view name{};
   ChunkRule chunk_rule = ChunkRule::kNotChunkable;
-  // The fingerprint fields of its CacheSpec (format §8.1), in this order
-  // of the canonical JSON's meaning:
+  // Which fingerprint fields its CacheSpec has (format §8.1):
   bool attention = false;   // dtype, heads, k_dim, v_dim
   bool quantized = false;   // bits, group_size; rows are (packed, scales,
                             // biases) triples for keys and for values
