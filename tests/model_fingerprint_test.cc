@@ -56,6 +56,46 @@ TEST(ModelFingerprintTest, DerivedFromACacheEqualsTheDeclaredSpec) {
             "{\"format\":\"kvstore-fingerprint/1\",\"layers\":[{\"class\":\"KVCache\",\"dtype\":\"F16\",\"heads\":2");
 }
 
+// The canonical JSON and digest of a model with every class, as written
+// into store entries and shared-tier namespaces (docs/format.md §8.1): a
+// change here orphans every stored entry.
+TEST(ModelFingerprintTest, CanonicalFormIsPinned) {
+  auto with = [](CacheSpec spec, auto&& set) {
+    set(spec);
+    return spec;
+  };
+  CacheSpec q = with(Attention("QuantizedKVCache", DType::kBF16), [](CacheSpec& s) { s.group_size = 32, s.bits = 8; });
+  CacheSpec rot = with(Attention("RotatingKVCache"), [](CacheSpec& s) { s.max_size = 256, s.keep = 4; });
+  CacheSpec brot = with(Attention("BatchRotatingKVCache"), [](CacheSpec& s) { s.max_size = 128; });
+  CacheSpec chunked = with(Attention("ChunkedKVCache", DType::kF32), [](CacheSpec& s) { s.chunk_size = 512; });
+  CacheSpec mamba{.class_name = "MambaCache",
+                  .slots = {SlotSpec{DType::kF16, {3, 64}}, SlotSpec{DType::kF32, {4, 16, 8}}}};
+  CacheSpec arrays{.class_name = "ArraysCache", .slots = {SlotSpec{DType::kBF16, {7}}}};
+  CacheSpec list{.class_name = "CacheList", .children = {arrays, Attention("KVCache"), rot}};
+  ASSERT_OK_AND_ASSIGN(
+      ModelFingerprint fp,
+      ModelFingerprint::Make({.model_id = "pinned@1",
+                              .layers = {Attention("KVCache"), Attention("ConcatenateKVCache"), q, rot, chunked,
+                                         Attention("BatchKVCache"), brot, mamba, list}}));
+  EXPECT_EQ(fp.json(),
+            "{\"format\":\"kvstore-fingerprint/1\",\"layers\":[{\"class\":\"KVCache\",\"dtype\":\"F16\",\"hea"
+            "ds\":2,\"k_dim\":32,\"v_dim\":32},{\"class\":\"ConcatenateKVCache\",\"dtype\":\"F16\",\"heads\":"
+            "2,\"k_dim\":32,\"v_dim\":32},{\"bits\":8,\"class\":\"QuantizedKVCache\",\"dtype\":\"BF16\",\"gro"
+            "up_size\":32,\"heads\":2,\"k_dim\":32,\"v_dim\":32},{\"class\":\"RotatingKVCache\",\"dtype\":\"F"
+            "16\",\"heads\":2,\"k_dim\":32,\"keep\":4,\"max_size\":256,\"v_dim\":32},{\"chunk_size\":512,\"cl"
+            "ass\":\"ChunkedKVCache\",\"dtype\":\"F32\",\"heads\":2,\"k_dim\":32,\"v_dim\":32},{\"class\":\"B"
+            "atchKVCache\",\"dtype\":\"F16\",\"heads\":2,\"k_dim\":32,\"v_dim\":32},{\"class\":\"BatchRotatin"
+            "gKVCache\",\"dtype\":\"F16\",\"heads\":2,\"k_dim\":32,\"max_size\":128,\"v_dim\":32},{\"class\":"
+            "\"MambaCache\",\"slots\":[{\"dtype\":\"F16\",\"shape\":[3,64]},{\"dtype\":\"F32\",\"shape\":[4,1"
+            "6,8]}]},{\"children\":[{\"class\":\"ArraysCache\",\"slots\":[{\"dtype\":\"BF16\",\"shape\":[7]}]"
+            "},{\"class\":\"KVCache\",\"dtype\":\"F16\",\"heads\":2,\"k_dim\":32,\"v_dim\":32},{\"class\":\"R"
+            "otatingKVCache\",\"dtype\":\"F16\",\"heads\":2,\"k_dim\":32,\"keep\":4,\"max_size\":256,\"v_dim\""
+            ":32}],\"class\":\"CacheList\"}],\"model\":\"pinned@1\"}");
+  EXPECT_EQ(fp.digest().ToHex(), "2d9d3e61ea940b3c79113e8d48936ae5045e082095d4dde448cf05c186afcaaf");
+  ASSERT_OK_AND_ASSIGN(ModelFingerprint parsed, ModelFingerprint::FromJson(fp.json()));
+  EXPECT_EQ(parsed.digest(), fp.digest());
+}
+
 TEST(ModelFingerprintTest, TheFirstDifferenceIsNamed) {
   ASSERT_OK_AND_ASSIGN(ModelFingerprint a, ModelFingerprint::Of("m", EveryClass()));
   ModelSpec spec = a.spec();

@@ -48,6 +48,7 @@ class BatchRotatingKVCache : public Cache {
   Status Extend(Cache& other) override;
   // A RotatingKVCache(max_size) holding row `index`.
   Result<std::unique_ptr<Cache>> Extract(int64_t index) const override;
+  Status DescribeSpec(CacheSpec& spec) const override;
   // mlx-lm RotatingKVCache.merge; all inputs must share max_size.
   static Result<std::unique_ptr<BatchRotatingKVCache>> Merge(std::span<const Cache* const> caches);
 

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "kvstore/array.h"
+#include "kvstore/cache_spec.h"
 #include "kvstore/cache_state.h"
 #include "kvstore/status.h"
 
@@ -69,6 +70,16 @@ struct Mask {
   static Mask None() { return Mask{}; }
   static Mask Causal() { return Mask{Kind::kCausal, Array()}; }
   static Mask FromArray(Array a) { return Mask{Kind::kArray, std::move(a)}; }
+};
+
+// Rows along the token axis held by a cache, by absolute position: row r
+// of every array is token first + r. Attention classes: {keys, values},
+// each [1, H, count, D]; QuantizedKVCache: {k_packed, k_scales, k_biases,
+// v_packed, v_scales, v_biases}. The arrays are views (snapshots).
+struct TokenRows {
+  int64_t first = 0;
+  int64_t count = 0;
+  std::vector<Array> arrays;
 };
 
 struct MaskOptions {
@@ -140,6 +151,37 @@ class Cache {
   virtual Status Extend(Cache& other);
   virtual Result<std::unique_ptr<Cache>> Extract(int64_t index) const;
 
+  // ---- What the prompt-reuse tiers ask (cache_spec.h) ----
+  // These let code outside the cache classes fingerprint, chunk and
+  // rebuild a cache without naming its class. Const members follow the
+  // threading rule above; RestoreRows is a mutator (single writer).
+
+  // Fills the fingerprint fields of `spec` (docs/format.md §8.1) that its
+  // class has (FindCacheClass(class_name())); the caller sets
+  // spec.class_name. The default reads [keys, values] or the slots from
+  // State(); classes with parameters add them (quantization, window, chunk
+  // size) and a CacheList describes its children. NotSupported when the
+  // cache cannot tell its shapes (empty, a None slot, chunk size None) or
+  // its class has no fingerprint rule.
+  virtual Status DescribeSpec(CacheSpec& spec) const;
+
+  // The rows this cache still holds along the token axis, all of them up to
+  // offset(): KVCache and QuantizedKVCache from position 0, ChunkedKVCache
+  // from its start_position, RotatingKVCache in temporal order only while
+  // it has dropped none. nullopt when it holds no such rows (other classes,
+  // an empty cache, a window that dropped rows).
+  virtual std::optional<TokenRows> RowsByPosition() const { return std::nullopt; }
+
+  // Sets the cache to hold exactly `rows` (as RowsByPosition returns them,
+  // from position 0; offset = their row count) with the parameters of
+  // `spec` (quantization, window, chunk size). REQUIRES: a freshly built
+  // cache (CacheFromRows does this). NotSupported for classes without
+  // rows; InvalidArgument, as SetState, for rows that do not fit.
+  virtual Status RestoreRows(const CacheSpec& spec, std::span<const Array> rows);
+
+  // A container's children (CacheList); empty for every other class.
+  virtual std::span<const std::shared_ptr<Cache>> children() const { return {}; }
+
  protected:
   Cache() = default;
   Cache(const Cache&) = default;
@@ -162,6 +204,12 @@ using PromptCache = std::vector<std::shared_ptr<Cache>>;
 // unknown class name; InvalidArgument naming the class and rule otherwise.
 Result<std::unique_ptr<Cache>> CacheFromState(std::string_view class_name,
                                               const CacheState& state, const MetaState& meta);
+
+// A fresh cache of class `class_name` holding `rows` (Cache::RestoreRows),
+// e.g. a layer rebuilt from the shared tier's chunks. NotFound for an
+// unknown class name; RestoreRows's errors otherwise.
+Result<std::unique_ptr<Cache>> CacheFromRows(std::string_view class_name, const CacheSpec& spec,
+                                             std::span<const Array> rows);
 
 // The class names CacheFromState accepts.
 std::span<const std::string_view> KnownCacheClasses();

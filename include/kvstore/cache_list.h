@@ -53,6 +53,8 @@ class CacheList : public Cache {
   Status Filter(std::span<const int64_t> batch_indices) override;
   Status Extend(Cache& other) override;
   Result<std::unique_ptr<Cache>> Extract(int64_t index) const override;
+  Status DescribeSpec(CacheSpec& spec) const override;  // each child's spec
+  std::span<const std::shared_ptr<Cache>> children() const override { return children_; }
   static Result<std::unique_ptr<CacheList>> Merge(std::span<const Cache* const> caches);
 
  private:

@@ -38,6 +38,9 @@ class ChunkedKVCache : public Cache {
   Result<int64_t> Nbytes() const override;
   bool IsTrimmable() const override { return true; }
   Result<int64_t> Trim(int64_t n) override;
+  Status DescribeSpec(CacheSpec& spec) const override;
+  std::optional<TokenRows> RowsByPosition() const override;
+  Status RestoreRows(const CacheSpec& spec, std::span<const Array> rows) override;
 
   std::optional<int64_t> chunk_size() const { return chunk_size_; }
   int64_t start_position() const { return start_position_; }

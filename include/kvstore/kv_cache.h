@@ -35,6 +35,8 @@ class KVCache : public Cache {
   Result<int64_t> Trim(int64_t n) override;
   // create_attention_mask(N, offset, return_array, window_size) (cache.py flavour).
   Result<Mask> MakeMask(int64_t n, const MaskOptions& options) const override;
+  std::optional<TokenRows> RowsByPosition() const override;
+  Status RestoreRows(const CacheSpec& spec, std::span<const Array> rows) override;
 
   // A QuantizedKVCache holding mx.quantize of the whole buffer (spare
   // capacity included), same offset. InvalidArgument when a head dim is not

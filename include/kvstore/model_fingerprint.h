@@ -36,33 +36,12 @@
 
 #include "kvstore/array.h"
 #include "kvstore/cache.h"
+#include "kvstore/cache_spec.h"
 #include "kvstore/dtype.h"
 #include "kvstore/sha256.h"
 #include "kvstore/status.h"
 
 namespace kvstore {
-
-// One ArraysCache slot: dtype and shape without the batch axis.
-struct SlotSpec {
-  DType dtype = DType::kF32;
-  Shape shape{};
-};
-
-// One layer's cache. Fields that do not apply to the class stay 0/empty.
-struct CacheSpec {
-  std::string class_name{};   // as Cache::class_name()
-  DType dtype = DType::kF16;  // attention: keys/values (QuantizedKVCache: its scales)
-  int64_t kv_heads = 0;       // attention classes
-  int64_t k_head_dim = 0;
-  int64_t v_head_dim = 0;
-  int group_size = 0;         // QuantizedKVCache
-  int bits = 0;
-  int64_t max_size = 0;       // RotatingKVCache, BatchRotatingKVCache
-  int64_t keep = 0;           // RotatingKVCache
-  int64_t chunk_size = 0;     // ChunkedKVCache
-  std::vector<SlotSpec> slots{};     // ArraysCache, MambaCache
-  std::vector<CacheSpec> children{}; // CacheList
-};
 
 struct ModelSpec {
   std::string model_id{};

@@ -49,6 +49,9 @@ class QuantizedKVCache : public Cache {
   bool IsTrimmable() const override { return true; }
   Result<int64_t> Trim(int64_t n) override;
   Result<Mask> MakeMask(int64_t n, const MaskOptions& options) const override;
+  Status DescribeSpec(CacheSpec& spec) const override;
+  std::optional<TokenRows> RowsByPosition() const override;
+  Status RestoreRows(const CacheSpec& spec, std::span<const Array> rows) override;
 
   int group_size() const { return group_size_; }
   int bits() const { return bits_; }

@@ -37,6 +37,9 @@ class RotatingKVCache : public Cache {
   bool IsTrimmable() const override { return offset_ < max_size_; }
   Result<int64_t> Trim(int64_t n) override;
   Result<Mask> MakeMask(int64_t n, const MaskOptions& options) const override;
+  Status DescribeSpec(CacheSpec& spec) const override;
+  std::optional<TokenRows> RowsByPosition() const override;
+  Status RestoreRows(const CacheSpec& spec, std::span<const Array> rows) override;
 
   int64_t max_size() const { return max_size_; }
   int64_t keep() const { return keep_; }

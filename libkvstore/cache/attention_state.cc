@@ -74,4 +74,13 @@ Result<std::vector<int64_t>> ParseMetaInts(std::string_view cls, const MetaState
   return out;
 }
 
+Status UnknownShapes(const Cache& cache, const std::string& why) {
+  return Status::NotSupported(std::string(cache.class_name()) + " " + why + ": its shapes are unknown");
+}
+
+std::optional<TokenRows> LeadingRows(const CacheState& state, int64_t first, int64_t count) {
+  if (count < 0 || count > state[0].array().dim(2) || count > state[1].array().dim(2)) return std::nullopt;
+  return TokenRows{first, count, {state[0].array().Slice(2, 0, count), state[1].array().Slice(2, 0, count)}};
+}
+
 }  // namespace kvstore

@@ -1,9 +1,12 @@
 // Validation shared by the caches: keys/values pairs of rank-4 float arrays
-// [B, H, S, D] that agree in B, H and S; trim counts; meta_state integers.
+// [B, H, S, D] that agree in B, H and S; trim counts; meta_state integers;
+// and the helpers of DescribeSpec / RowsByPosition those classes share.
 #ifndef KVSTORE_LIBKVSTORE_CACHE_ATTENTION_STATE_H_
 #define KVSTORE_LIBKVSTORE_CACHE_ATTENTION_STATE_H_
 
 #include <initializer_list>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,6 +34,13 @@ Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const
 // e.g. RotatingKVCache's [keep, max_size, offset, _idx].
 Result<std::vector<int64_t>> ParseMetaInts(std::string_view cls, const MetaState& meta,
                                            std::initializer_list<std::string_view> fields);
+
+// NotSupported("<class> <why>: its shapes are unknown"), for DescribeSpec.
+Status UnknownShapes(const Cache& cache, const std::string& why);
+
+// The rows [0, count) of a [keys, values] state as positions first..,
+// or nullopt when count is negative or exceeds what the arrays hold.
+std::optional<TokenRows> LeadingRows(const CacheState& state, int64_t first, int64_t count);
 
 }  // namespace kvstore
 

@@ -317,4 +317,10 @@ Result<std::unique_ptr<BatchRotatingKVCache>> BatchRotatingKVCache::Merge(
   return out;
 }
 
+Status BatchRotatingKVCache::DescribeSpec(CacheSpec& spec) const {
+  KV_RETURN_IF_ERROR(Cache::DescribeSpec(spec));
+  spec.max_size = max_size_;
+  return Status::OK();
+}
+
 }  // namespace kvstore

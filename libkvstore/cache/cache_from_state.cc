@@ -1,5 +1,6 @@
-// CacheFromState: mlx-lm's `Class.from_state` for every class we know. Like
-// Python it builds a default object, then assigns state, then meta_state.
+// The registry of cache classes: CacheFromState (mlx-lm's `Class.from_state`:
+// like Python it builds a default object, then assigns state, then
+// meta_state), CacheFromRows, and each class's CacheClassInfo.
 #include <array>
 
 #include "kvstore/arrays_cache.h"
@@ -36,9 +37,44 @@ std::unique_ptr<Cache> NewDefault(std::string_view name) {
   return nullptr;
 }
 
+// What each class tells the prompt-reuse code (cache_spec.h).
+constexpr CacheClassInfo kClassInfo[] = {
+    {.name = "KVCache", .chunk_rule = ChunkRule::kRows, .attention = true, .saved_as = "KVCache",
+     .rows_piece = "KVCache"},
+    {.name = "ConcatenateKVCache", .attention = true, .saved_as = "ConcatenateKVCache"},
+    {.name = "RotatingKVCache", .chunk_rule = ChunkRule::kRotatingRows, .attention = true, .max_size = true,
+     .keep = true, .saved_as = "RotatingKVCache", .rows_piece = "KVCache"},
+    {.name = "QuantizedKVCache", .chunk_rule = ChunkRule::kRows, .attention = true, .quantized = true,
+     .saved_as = "QuantizedKVCache", .rows_piece = "QuantizedKVCache"},
+    {.name = "ChunkedKVCache", .chunk_rule = ChunkRule::kRows, .attention = true, .chunk_size = true,
+     .saved_as = "ChunkedKVCache", .rows_piece = "KVCache"},
+    {.name = "ArraysCache", .chunk_rule = ChunkRule::kSnapshot, .slots = true, .saved_as = "ArraysCache"},
+    {.name = "MambaCache", .chunk_rule = ChunkRule::kSnapshot, .slots = true, .required_slots = 2,
+     .saved_as = "ArraysCache"},
+    {.name = "CacheList", .chunk_rule = ChunkRule::kChildren, .children = true, .saved_as = "CacheList"},
+    {.name = "BatchKVCache", .attention = true, .saved_as = "BatchKVCache"},
+    {.name = "BatchRotatingKVCache", .attention = true, .max_size = true, .saved_as = "BatchRotatingKVCache"},
+};
+static_assert(std::size(kClassInfo) == kClasses.size());
+
 }  // namespace
 
 std::span<const std::string_view> KnownCacheClasses() { return kClasses; }
+
+const CacheClassInfo* FindCacheClass(std::string_view class_name) {
+  for (const CacheClassInfo& info : kClassInfo) {
+    if (info.name == class_name) return &info;
+  }
+  return nullptr;
+}
+
+Result<std::unique_ptr<Cache>> CacheFromRows(std::string_view class_name, const CacheSpec& spec,
+                                             std::span<const Array> rows) {
+  std::unique_ptr<Cache> cache = NewDefault(class_name);
+  if (cache == nullptr) return Status::NotFound("unknown cache class \"" + std::string(class_name) + "\"");
+  KV_RETURN_IF_ERROR(cache->RestoreRows(spec, rows));
+  return cache;
+}
 
 Result<std::unique_ptr<Cache>> CacheFromState(std::string_view class_name, const CacheState& state,
                                               const MetaState& meta) {

@@ -226,4 +226,14 @@ Result<std::unique_ptr<CacheList>> CacheList::Merge(std::span<const Cache* const
   return std::make_unique<CacheList>(std::move(merged));
 }
 
+Status CacheList::DescribeSpec(CacheSpec& spec) const {
+  for (size_t c = 0; c < children_.size(); ++c) {
+    CacheSpec child{.class_name = std::string(children_[c]->class_name())};
+    Status s = children_[c]->DescribeSpec(child);
+    if (!s.ok()) return s.WithPrefix("child " + std::to_string(c));
+    spec.children.push_back(std::move(child));
+  }
+  return Status::OK();
+}
+
 }  // namespace kvstore

@@ -78,4 +78,25 @@ Result<int64_t> ChunkedKVCache::Trim(int64_t n) {
   return trimmed;
 }
 
+Status ChunkedKVCache::DescribeSpec(CacheSpec& spec) const {
+  KV_RETURN_IF_ERROR(Cache::DescribeSpec(spec));
+  if (!chunk_size()) return UnknownShapes(*this, "has chunk size None");
+  spec.chunk_size = *chunk_size();
+  return Status::OK();
+}
+
+// A ChunkedKVCache restored from a file after it front-trimmed can have a
+// start_position past its offset (mlx-lm's lossy load): no rows then.
+std::optional<TokenRows> ChunkedKVCache::RowsByPosition() const {
+  Result<CacheState> state = State();
+  if (!state.ok()) return std::nullopt;
+  return LeadingRows(*state, start_position(), offset_ - start_position());
+}
+
+Status ChunkedKVCache::RestoreRows(const CacheSpec& spec, std::span<const Array> rows) {
+  if (rows.size() != 2) return Status::InvalidArgument("ChunkedKVCache: rows are keys and values");
+  KV_RETURN_IF_ERROR(SetState(CacheState({rows[0], rows[1]})));
+  return SetMetaState(MetaState::Strings({std::to_string(spec.chunk_size), "0"}));
+}
+
 }  // namespace kvstore

@@ -1,7 +1,8 @@
 // KVBuffers: the keys/values buffer pair of the attention caches (KVCache,
 // ConcatenateKVCache, ChunkedKVCache, RotatingKVCache and the two batch
 // caches): keys [B, H, rows, Dk] and values [B, H, rows, Dv] along the
-// sequence axis 2, copy-on-write shared with snapshots (cow_buffer.h).
+// sequence axis 2, copy-on-write shared with snapshots (cow_buffer.h); and
+// QuantizedKVCache's six buffers.
 //
 // The dtype rules are MLX's: a write into an existing buffer casts to the
 // buffer's dtype (slice assignment), growing or concatenating promotes
@@ -10,12 +11,15 @@
 #ifndef KVSTORE_LIBKVSTORE_CACHE_KV_BUFFERS_H_
 #define KVSTORE_LIBKVSTORE_CACHE_KV_BUFFERS_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <string_view>
 
 #include "kvstore/cache.h"
+#include "kvstore/quantized_kv_cache.h"
 #include "libkvstore/cache/cow_buffer.h"
 
 namespace kvstore {
@@ -86,6 +90,15 @@ class KVBuffers {
   CowBuffer keys_;
   CowBuffer values_;
 };
+
+// The buffers of a QuantizedKVCache: six copy-on-write arrays (packed,
+// scales, biases for keys and for values). Shared with KVCache::ToQuantized.
+struct QuantizedKVCache::Buffers {
+  std::array<CowBuffer, 3> keys;    // packed, scales, biases
+  std::array<CowBuffer, 3> values;
+};
+
+std::shared_ptr<QuantizedKVCache::Buffers> MakeQuantizedBuffers(QuantizedArray keys, QuantizedArray values);
 
 }  // namespace kvstore
 

@@ -6,7 +6,6 @@
 #include "kvstore/quantized_kv_cache.h"
 #include "libkvstore/cache/attention_state.h"
 #include "libkvstore/cache/kv_buffers.h"
-#include "libkvstore/cache/quantized_buffers.h"
 
 namespace kvstore {
 
@@ -111,6 +110,17 @@ Result<int64_t> ConcatenateKVCache::Trim(int64_t n) {
 
 Result<Mask> ConcatenateKVCache::MakeMask(int64_t n, const MaskOptions& options) const {
   return CreateAttentionMask(n, offset_, options.return_array, options.window_size);
+}
+
+std::optional<TokenRows> KVCache::RowsByPosition() const {
+  Result<CacheState> state = State();
+  if (!state.ok()) return std::nullopt;
+  return LeadingRows(*state, 0, offset_);
+}
+
+Status KVCache::RestoreRows(const CacheSpec&, std::span<const Array> rows) {
+  if (rows.size() != 2) return Status::InvalidArgument("KVCache: rows are keys and values");
+  return SetState(CacheState({rows[0], rows[1]}));
 }
 
 }  // namespace kvstore

@@ -6,7 +6,6 @@
 #include "kvstore/mask.h"
 #include "libkvstore/cache/attention_state.h"
 #include "libkvstore/cache/kv_buffers.h"
-#include "libkvstore/cache/quantized_buffers.h"
 
 namespace kvstore {
 
@@ -264,6 +263,43 @@ Result<int64_t> QuantizedKVCache::Trim(int64_t n) {
 
 Result<Mask> QuantizedKVCache::MakeMask(int64_t n, const MaskOptions& options) const {
   return CreateAttentionMask(n, offset_, options.return_array, options.window_size);
+}
+
+Status QuantizedKVCache::DescribeSpec(CacheSpec& spec) const {
+  Result<CacheState> result = State();
+  if (!result.ok()) return UnknownShapes(*this, "has no state (" + std::string(result.status().message()) + ")");
+  const CacheState& state = *result;
+  auto part = [&](size_t i) -> const CacheState& { return state[i]; };
+  if (state.size() != 2 || part(0).size() != 3 || part(1).size() != 3 || !part(0)[1].is_array() ||
+      !part(0)[0].is_array() || !part(1)[1].is_array() || part(0)[1].array().ndim() != 4 ||
+      part(1)[1].array().ndim() != 4) {
+    return UnknownShapes(*this, "has no quantized [B, H, S, D] triples");
+  }
+  spec.group_size = group_size();
+  spec.bits = bits();
+  spec.dtype = part(0)[1].array().dtype();
+  spec.kv_heads = part(0)[0].array().dim(1);
+  spec.k_head_dim = part(0)[1].array().dim(3) * group_size();
+  spec.v_head_dim = part(1)[1].array().dim(3) * group_size();
+  return Status::OK();
+}
+
+std::optional<TokenRows> QuantizedKVCache::RowsByPosition() const {
+  Result<CacheState> state = State();
+  if (!state.ok()) return std::nullopt;
+  TokenRows out{0, offset_, {}};
+  for (size_t part = 0; part < 2; ++part) {
+    for (size_t j = 0; j < 3; ++j) out.arrays.push_back((*state)[part][j].array());
+  }
+  return out;
+}
+
+Status QuantizedKVCache::RestoreRows(const CacheSpec& spec, std::span<const Array> rows) {
+  if (rows.size() != 6) return Status::InvalidArgument("QuantizedKVCache: rows are two quantized triples");
+  KV_RETURN_IF_ERROR(SetState(CacheState({CacheState({rows[0], rows[1], rows[2]}),
+                                          CacheState({rows[3], rows[4], rows[5]})})));
+  return SetMetaState(MetaState::Strings(
+      {std::to_string(rows[0].dim(2)), std::to_string(spec.group_size), std::to_string(spec.bits)}));
 }
 
 }  // namespace kvstore

@@ -150,4 +150,42 @@ Result<Mask> RotatingKVCache::MakeMask(int64_t n, const MaskOptions& options) co
   return Mask::None();
 }
 
+Status RotatingKVCache::DescribeSpec(CacheSpec& spec) const {
+  KV_RETURN_IF_ERROR(Cache::DescribeSpec(spec));
+  spec.max_size = max_size_;
+  spec.keep = keep_;
+  return Status::OK();
+}
+
+namespace {
+
+// mlx-lm's _temporal_order of a rotating buffer: the rows oldest first.
+Array TemporalOrder(const RotatingKVCache& r, const Array& v) {
+  const int64_t len = v.dim(2), idx = r.idx(), keep = r.keep();
+  if (idx == len) return v;
+  if (idx < r.offset().value_or(0)) {
+    const Array parts[] = {v.Slice(2, 0, keep), v.Slice(2, idx, len), v.Slice(2, keep, idx)};
+    return Array::Concatenate(parts, 2);
+  }
+  return v.Slice(2, 0, idx);
+}
+
+}  // namespace
+
+// Rows rebuild a window only from position 0 on, so a window that has
+// dropped rows offers none (its state goes into snapshots instead).
+std::optional<TokenRows> RotatingKVCache::RowsByPosition() const {
+  if (!State().ok()) return std::nullopt;
+  const Array k = TemporalOrder(*this, keys_buffer()), v = TemporalOrder(*this, values_buffer());
+  if (k.dim(2) < offset_) return std::nullopt;
+  return TokenRows{0, offset_, {k.Slice(2, 0, offset_), v.Slice(2, 0, offset_)}};
+}
+
+Status RotatingKVCache::RestoreRows(const CacheSpec& spec, std::span<const Array> rows) {
+  if (rows.size() != 2) return Status::InvalidArgument("RotatingKVCache: rows are keys and values");
+  const std::string n = std::to_string(rows[0].dim(2));
+  KV_RETURN_IF_ERROR(SetState(CacheState({rows[0], rows[1]})));
+  return SetMetaState(MetaState::Strings({std::to_string(spec.keep), std::to_string(spec.max_size), n, n}));
+}
+
 }  // namespace kvstore

@@ -14,11 +14,13 @@ constexpr size_t kMaxLayers = 1 << 20;
 constexpr size_t kMaxSlots = 4096;
 constexpr size_t kMaxSlotRank = 16;
 
-bool IsAttention(std::string_view cls) {
-  return cls == "KVCache" || cls == "ConcatenateKVCache" || cls == "ChunkedKVCache" || cls == "RotatingKVCache" ||
-         cls == "QuantizedKVCache" || cls == "BatchKVCache" || cls == "BatchRotatingKVCache";
+// The class's info; a name no class has gets one with no fields (Make
+// then refuses it as an unknown class).
+const CacheClassInfo& InfoOf(std::string_view cls) {
+  static constexpr CacheClassInfo kUnknown{};
+  const CacheClassInfo* info = FindCacheClass(cls);
+  return info != nullptr ? *info : kUnknown;
 }
-bool IsArrays(std::string_view cls) { return cls == "ArraysCache" || cls == "MambaCache"; }
 
 Status Bad(const std::string& where, const std::string& what) {
   return Status::Corruption("model fingerprint: " + where + ": " + what);
@@ -77,22 +79,21 @@ Result<SlotSpec> SlotFromJson(const Json& j, const std::string& where) {
 Json CacheSpecToJson(const CacheSpec& spec) {
   Json j = Json::MakeObject();
   j["class"] = Json(spec.class_name);
-  if (IsAttention(spec.class_name)) {
+  const CacheClassInfo& info = InfoOf(spec.class_name);
+  if (info.attention) {
     j["dtype"] = Json(DTypeName(spec.dtype));
     j["heads"] = Json(spec.kv_heads);
     j["k_dim"] = Json(spec.k_head_dim);
     j["v_dim"] = Json(spec.v_head_dim);
   }
-  if (spec.class_name == "QuantizedKVCache") {
+  if (info.quantized) {
     j["bits"] = Json(spec.bits);
     j["group_size"] = Json(spec.group_size);
   }
-  if (spec.class_name == "RotatingKVCache" || spec.class_name == "BatchRotatingKVCache") {
-    j["max_size"] = Json(spec.max_size);
-  }
-  if (spec.class_name == "RotatingKVCache") j["keep"] = Json(spec.keep);
-  if (spec.class_name == "ChunkedKVCache") j["chunk_size"] = Json(spec.chunk_size);
-  if (IsArrays(spec.class_name)) {
+  if (info.max_size) j["max_size"] = Json(spec.max_size);
+  if (info.keep) j["keep"] = Json(spec.keep);
+  if (info.chunk_size) j["chunk_size"] = Json(spec.chunk_size);
+  if (info.slots) {
     Json slots = Json::MakeArray();
     for (const SlotSpec& s : spec.slots) {
       Json slot = Json::MakeObject();
@@ -104,7 +105,7 @@ Json CacheSpecToJson(const CacheSpec& spec) {
     }
     j["slots"] = std::move(slots);
   }
-  if (spec.class_name == "CacheList") {
+  if (info.children) {
     Json children = Json::MakeArray();
     for (const CacheSpec& c : spec.children) children.Push(CacheSpecToJson(c));
     j["children"] = std::move(children);
@@ -127,27 +128,27 @@ Result<CacheSpec> CacheSpecFromJson(const Json& j, const std::string& where, int
   if (depth > kMaxSpecDepth) return Bad(where, "CacheList nesting deeper than 8");
   CacheSpec spec;
   KV_ASSIGN_OR_RETURN(spec.class_name, StringField(j, "class", where));
-  const std::string& cls = spec.class_name;
-  if (IsAttention(cls)) {
+  const CacheClassInfo& info = InfoOf(spec.class_name);
+  if (info.attention) {
     KV_ASSIGN_OR_RETURN(spec.dtype, DTypeField(j, where));
     KV_ASSIGN_OR_RETURN(spec.kv_heads, IntField(j, "heads", where));
     KV_ASSIGN_OR_RETURN(spec.k_head_dim, IntField(j, "k_dim", where));
     KV_ASSIGN_OR_RETURN(spec.v_head_dim, IntField(j, "v_dim", where));
   }
-  if (cls == "QuantizedKVCache") {
+  if (info.quantized) {
     KV_ASSIGN_OR_RETURN(spec.bits, SmallIntField(j, "bits", where));
     KV_ASSIGN_OR_RETURN(spec.group_size, SmallIntField(j, "group_size", where));
   }
-  if (cls == "RotatingKVCache" || cls == "BatchRotatingKVCache") {
+  if (info.max_size) {
     KV_ASSIGN_OR_RETURN(spec.max_size, IntField(j, "max_size", where));
   }
-  if (cls == "RotatingKVCache") {
+  if (info.keep) {
     KV_ASSIGN_OR_RETURN(spec.keep, IntField(j, "keep", where));
   }
-  if (cls == "ChunkedKVCache") {
+  if (info.chunk_size) {
     KV_ASSIGN_OR_RETURN(spec.chunk_size, IntField(j, "chunk_size", where));
   }
-  if (IsArrays(cls)) {
+  if (info.slots) {
     const Json* slots = j.Find("slots");
     if (slots == nullptr || !slots->is_array() || slots->size() > kMaxSlots) return Bad(where, "bad slot list");
     for (const Json& s : slots->as_array()) {
@@ -155,7 +156,7 @@ Result<CacheSpec> CacheSpecFromJson(const Json& j, const std::string& where, int
       spec.slots.push_back(std::move(slot));
     }
   }
-  if (cls == "CacheList") {
+  if (info.children) {
     const Json* children = j.Find("children");
     if (children == nullptr || !children->is_array()) return Bad(where, "bad child list");
     for (size_t c = 0; c < children->size(); ++c) {

@@ -2,66 +2,12 @@
 // and the first difference between two fingerprints.
 #include "kvstore/model_fingerprint.h"
 
-#include "kvstore/cache_list.h"
-#include "kvstore/chunked_kv_cache.h"
 #include "kvstore/quantize.h"
-#include "kvstore/quantized_kv_cache.h"
-#include "kvstore/rotating_kv_cache.h"
-#include "kvstore/batch_rotating_kv_cache.h"
 #include "libkvstore/integrity/sha256.h"
 #include "libkvstore/fingerprint/fingerprint_internal.h"
 
 namespace kvstore {
 namespace {
-
-bool IsPlainAttention(std::string_view cls) {
-  return cls == "KVCache" || cls == "ConcatenateKVCache" || cls == "ChunkedKVCache" || cls == "RotatingKVCache" ||
-         cls == "BatchKVCache" || cls == "BatchRotatingKVCache";
-}
-
-Status Unknowable(const Cache& cache, const std::string& why) {
-  return Status::NotSupported(std::string(cache.class_name()) + " " + why + ": its shapes are unknown");
-}
-
-// Keys/values [B, H, S, D] of a state whose first two entries are arrays.
-Status AttentionDims(const Cache& cache, const CacheState& state, CacheSpec& spec) {
-  if (state.size() < 2 || !state[0].is_array() || !state[1].is_array() || state[0].array().ndim() != 4 ||
-      state[1].array().ndim() != 4) {
-    return Unknowable(cache, "has no [B, H, S, D] keys and values");
-  }
-  spec.dtype = state[0].array().dtype();
-  spec.kv_heads = state[0].array().dim(1);
-  spec.k_head_dim = state[0].array().dim(3);
-  spec.v_head_dim = state[1].array().dim(3);
-  return Status::OK();
-}
-
-Status QuantizedDims(const QuantizedKVCache& q, const CacheState& state, CacheSpec& spec) {
-  auto part = [&](size_t i) -> const CacheState& { return state[i]; };
-  if (state.size() != 2 || part(0).size() != 3 || part(1).size() != 3 || !part(0)[1].is_array() ||
-      !part(0)[0].is_array() || !part(1)[1].is_array() || part(0)[1].array().ndim() != 4 ||
-      part(1)[1].array().ndim() != 4) {
-    return Unknowable(q, "has no quantized [B, H, S, D] triples");
-  }
-  spec.group_size = q.group_size();
-  spec.bits = q.bits();
-  spec.dtype = part(0)[1].array().dtype();
-  spec.kv_heads = part(0)[0].array().dim(1);
-  spec.k_head_dim = part(0)[1].array().dim(3) * q.group_size();
-  spec.v_head_dim = part(1)[1].array().dim(3) * q.group_size();
-  return Status::OK();
-}
-
-Status SlotsOf(const Cache& cache, const CacheState& state, CacheSpec& spec) {
-  if (state.size() < 1 || !state[0].is_list()) return Unknowable(cache, "has no slot list");
-  for (size_t i = 0; i < state[0].size(); ++i) {
-    const CacheState& slot = state[0][i];
-    if (!slot.is_array() || slot.array().ndim() < 1) return Unknowable(cache, "slot " + std::to_string(i) + " is None");
-    const Shape& shape = slot.array().shape();
-    spec.slots.push_back(SlotSpec{slot.array().dtype(), Shape(shape.begin() + 1, shape.end())});
-  }
-  return Status::OK();
-}
 
 // Sets `out` to the first field that differs.
 void Mismatch(std::string_view what, int64_t a, int64_t b, const std::string& where, std::string& out) {
@@ -74,7 +20,8 @@ void Diff(const CacheSpec& a, const CacheSpec& b, const std::string& where_prefi
     out = where_prefix + ": class " + a.class_name + " != " + b.class_name;
     return;
   }
-  if (a.dtype != b.dtype && (IsPlainAttention(a.class_name) || a.class_name == "QuantizedKVCache")) {
+  const CacheClassInfo* info = FindCacheClass(a.class_name);
+  if (a.dtype != b.dtype && info != nullptr && info->attention) {
     out = where + ": dtype " + std::string(DTypeName(a.dtype)) + " != " + std::string(DTypeName(b.dtype));
     return;
   }
@@ -116,66 +63,39 @@ std::string CacheSpecDifference(const CacheSpec& a, const CacheSpec& b, const st
 }
 
 Result<CacheSpec> SpecOfCache(const Cache& cache) {
-  CacheSpec spec;
-  spec.class_name = std::string(cache.class_name());
-  if (const auto* list = dynamic_cast<const CacheList*>(&cache)) {
-    for (size_t c = 0; c < list->num_children(); ++c) {
-      Result<CacheSpec> child = SpecOfCache(*list->child(c));
-      if (!child.ok()) return child.status().WithPrefix("child " + std::to_string(c));
-      spec.children.push_back(std::move(child).value());
-    }
-    return spec;
-  }
-  Result<CacheState> state = cache.State();
-  if (!state.ok()) return Unknowable(cache, "has no state (" + std::string(state.status().message()) + ")");
-  if (const auto* q = dynamic_cast<const QuantizedKVCache*>(&cache)) {
-    KV_RETURN_IF_ERROR(QuantizedDims(*q, *state, spec));
-  } else if (spec.class_name == "ArraysCache" || spec.class_name == "MambaCache") {
-    KV_RETURN_IF_ERROR(SlotsOf(cache, *state, spec));
-  } else if (IsPlainAttention(spec.class_name)) {
-    KV_RETURN_IF_ERROR(AttentionDims(cache, *state, spec));
-  } else {
-    return Status::NotSupported("no fingerprint rule for class " + spec.class_name);
-  }
-  if (const auto* r = dynamic_cast<const RotatingKVCache*>(&cache)) {
-    spec.max_size = r->max_size();
-    spec.keep = r->keep();
-  } else if (const auto* br = dynamic_cast<const BatchRotatingKVCache*>(&cache)) {
-    spec.max_size = br->max_size();
-  } else if (const auto* ch = dynamic_cast<const ChunkedKVCache*>(&cache)) {
-    if (!ch->chunk_size()) return Unknowable(cache, "has chunk size None");
-    spec.chunk_size = *ch->chunk_size();
-  }
+  CacheSpec spec{.class_name = std::string(cache.class_name())};
+  KV_RETURN_IF_ERROR(cache.DescribeSpec(spec));
   return spec;
 }
 
 Status ValidateCacheSpec(const CacheSpec& spec, const std::string& where, int depth) {
-  const std::string& cls = spec.class_name;
+  const CacheClassInfo* info = FindCacheClass(spec.class_name);
   if (depth > kMaxSpecDepth) return Status::InvalidArgument("model spec: " + where + ": CacheList nesting deeper than 8");
-  if (cls == "CacheList") {
+  if (info == nullptr) {
+    return Status::InvalidArgument("model spec: " + where + ": unknown class '" + spec.class_name + "'");
+  }
+  if (info->children) {
     for (size_t c = 0; c < spec.children.size(); ++c) {
       KV_RETURN_IF_ERROR(ValidateCacheSpec(spec.children[c], where + "." + std::to_string(c), depth + 1));
     }
     return Status::OK();
   }
-  if (cls == "ArraysCache" || cls == "MambaCache") {
-    return Need(cls != "MambaCache" || spec.slots.size() == 2, where, spec, "2 slots");
-  }
-  if (!IsPlainAttention(cls) && cls != "QuantizedKVCache") {
-    return Status::InvalidArgument("model spec: " + where + ": unknown class '" + cls + "'");
+  if (info->slots) {
+    return Need(info->required_slots == 0 || spec.slots.size() == info->required_slots, where, spec,
+                std::to_string(info->required_slots) + " slots");
   }
   KV_RETURN_IF_ERROR(Need(spec.kv_heads >= 1 && spec.k_head_dim >= 1 && spec.v_head_dim >= 1, where, spec,
                           "kv_heads, k_head_dim and v_head_dim >= 1"));
-  if (cls == "QuantizedKVCache") {
+  if (info->quantized) {
     KV_RETURN_IF_ERROR(Need(IsSupportedQuantization(spec.bits, spec.group_size) &&
                                 spec.k_head_dim % spec.group_size == 0 && spec.v_head_dim % spec.group_size == 0,
                             where, spec, "supported bits/group_size dividing the head dims"));
   }
-  if (cls == "RotatingKVCache" || cls == "BatchRotatingKVCache") {
+  if (info->max_size) {
     KV_RETURN_IF_ERROR(Need(spec.max_size >= 1 && spec.keep >= 0 && spec.keep <= spec.max_size, where, spec,
                             "max_size >= 1 and 0 <= keep <= max_size"));
   }
-  if (cls == "ChunkedKVCache") KV_RETURN_IF_ERROR(Need(spec.chunk_size >= 1, where, spec, "chunk_size >= 1"));
+  if (info->chunk_size) KV_RETURN_IF_ERROR(Need(spec.chunk_size >= 1, where, spec, "chunk_size >= 1"));
   return Status::OK();
 }
 

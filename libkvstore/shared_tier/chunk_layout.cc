@@ -3,51 +3,50 @@
 #include "libkvstore/shared_tier/chunk_layout.h"
 
 #include "kvstore/cache_list.h"
-#include "kvstore/chunked_kv_cache.h"
-#include "kvstore/quantized_kv_cache.h"
-#include "kvstore/rotating_kv_cache.h"
 #include "libkvstore/fingerprint/fingerprint_internal.h"
 
 namespace kvstore {
 namespace {
 
 Result<LeafKind> KindOf(const CacheSpec& spec, const std::string& path) {
-  const std::string& c = spec.class_name;
-  if (c == "KVCache" || c == "QuantizedKVCache" || c == "ChunkedKVCache") return LeafKind::kRows;
-  if (c == "RotatingKVCache") return LeafKind::kRotating;
-  if (c == "ArraysCache" || c == "MambaCache") return LeafKind::kSnapshot;
-  return Status::NotSupported("layer " + path + ": the shared tier cannot chunk a " + c);
+  const CacheClassInfo* info = FindCacheClass(spec.class_name);
+  switch (info != nullptr ? info->chunk_rule : ChunkRule::kNotChunkable) {
+    case ChunkRule::kRows:
+      return LeafKind::kRows;
+    case ChunkRule::kRotatingRows:
+      return LeafKind::kRotating;
+    case ChunkRule::kSnapshot:
+      return LeafKind::kSnapshot;
+    case ChunkRule::kChildren:
+    case ChunkRule::kNotChunkable:
+      break;
+  }
+  return Status::NotSupported("layer " + path + ": the shared tier cannot chunk a " + spec.class_name);
+}
+
+bool IsContainer(const CacheSpec& spec) {
+  const CacheClassInfo* info = FindCacheClass(spec.class_name);
+  return info != nullptr && info->chunk_rule == ChunkRule::kChildren;
 }
 
 Status AddLeaves(const CacheSpec& spec, const std::string& path, std::vector<LeafInfo>& out) {
-  if (spec.class_name == "CacheList") {
+  if (IsContainer(spec)) {
     for (size_t c = 0; c < spec.children.size(); ++c) {
       KV_RETURN_IF_ERROR(AddLeaves(spec.children[c], path + "." + std::to_string(c), out));
     }
     return Status::OK();
   }
   KV_ASSIGN_OR_RETURN(LeafKind kind, KindOf(spec, path));
-  out.push_back(LeafInfo{path, &spec, kind});
+  out.push_back(LeafInfo{path, &spec, kind, FindCacheClass(spec.class_name)});
   return Status::OK();
 }
 
 void AddLeafCaches(const Cache& cache, std::vector<const Cache*>& out) {
-  if (const auto* list = dynamic_cast<const CacheList*>(&cache)) {
-    for (size_t c = 0; c < list->num_children(); ++c) AddLeafCaches(*list->child(c), out);
+  if (!cache.children().empty()) {
+    for (const auto& child : cache.children()) AddLeafCaches(*child, out);
     return;
   }
   out.push_back(&cache);
-}
-
-// mlx-lm's _temporal_order of a rotating buffer: the rows oldest first.
-Array TemporalOrder(const RotatingKVCache& r, const Array& v) {
-  const int64_t len = v.dim(2), idx = r.idx(), keep = r.keep();
-  if (idx == len) return v;
-  if (idx < r.offset().value_or(0)) {
-    const Array parts[] = {v.Slice(2, 0, keep), v.Slice(2, idx, len), v.Slice(2, keep, idx)};
-    return Array::Concatenate(parts, 2);
-  }
-  return v.Slice(2, 0, idx);
 }
 
 // The batch size of a state: the first axis of its arrays; 1 when every
@@ -89,7 +88,7 @@ Array ConcatRows(const std::vector<LeafRows>& pieces, size_t which) {
 
 Result<std::shared_ptr<Cache>> RebuildLeaf(const CacheSpec& spec, const std::string& path,
                                            const RebuildInputs& inputs) {
-  if (spec.class_name == "CacheList") {
+  if (IsContainer(spec)) {
     std::vector<std::shared_ptr<Cache>> children;
     for (size_t c = 0; c < spec.children.size(); ++c) {
       KV_ASSIGN_OR_RETURN(auto child, RebuildLeaf(spec.children[c], path + "." + std::to_string(c), inputs));
@@ -101,22 +100,9 @@ Result<std::shared_ptr<Cache>> RebuildLeaf(const CacheSpec& spec, const std::str
   auto rows = inputs.rows.find(path);
   if (rows != inputs.rows.end()) {
     const std::vector<LeafRows>& p = rows->second;
-    std::unique_ptr<Cache> built;
-    if (spec.class_name == "QuantizedKVCache") {
-      CacheState state({CacheState({ConcatRows(p, 0), ConcatRows(p, 1), ConcatRows(p, 2)}),
-                        CacheState({ConcatRows(p, 3), ConcatRows(p, 4), ConcatRows(p, 5)})});
-      KV_ASSIGN_OR_RETURN(built, CacheFromState(spec.class_name, state,
-                                                MetaState::Strings({n, std::to_string(spec.group_size),
-                                                                    std::to_string(spec.bits)})));
-    } else {
-      CacheState state({ConcatRows(p, 0), ConcatRows(p, 1)});
-      MetaState meta;
-      if (spec.class_name == "ChunkedKVCache") meta = MetaState::Strings({std::to_string(spec.chunk_size), "0"});
-      if (spec.class_name == "RotatingKVCache") {
-        meta = MetaState::Strings({std::to_string(spec.keep), std::to_string(spec.max_size), n, n});
-      }
-      KV_ASSIGN_OR_RETURN(built, CacheFromState(spec.class_name, state, meta));
-    }
+    LeafRows whole;
+    for (size_t i = 0; !p.empty() && i < p[0].size(); ++i) whole.push_back(ConcatRows(p, i));
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<Cache> built, CacheFromRows(spec.class_name, spec, whole));
     return std::shared_ptr<Cache>(std::move(built));
   }
   auto snap = inputs.snapshots.find(path);
@@ -158,28 +144,8 @@ Result<LeafRowSource> LeafRowSource::Of(const Cache& leaf, const LeafInfo& info,
     return Status::InvalidArgument(where + " holds " + std::to_string(leaf.offset().value_or(-1)) +
                                    " tokens, the prompt has " + std::to_string(tokens));
   }
-  if (const auto* r = dynamic_cast<const RotatingKVCache*>(&leaf)) {
-    // Rows rebuild a window only from position 0 on, so a window that has
-    // dropped rows offers none (its state goes into snapshots instead).
-    const Array k = TemporalOrder(*r, r->keys_buffer()), v = TemporalOrder(*r, r->values_buffer());
-    if (k.dim(2) >= tokens) {
-      out.segments_.push_back(Segment{0, tokens, {k.Slice(2, 0, tokens), v.Slice(2, 0, tokens)}});
-    }
-  } else if (info.spec->class_name == "QuantizedKVCache") {
-    LeafRows arrays;
-    for (size_t part = 0; part < 2; ++part) {
-      for (size_t j = 0; j < 3; ++j) arrays.push_back(state[part][j].array());
-    }
-    out.segments_.push_back(Segment{0, tokens, std::move(arrays)});
-  } else {
-    const auto* chunked = dynamic_cast<const ChunkedKVCache*>(&leaf);
-    const int64_t first = chunked != nullptr ? chunked->start_position() : 0;
-    const int64_t count = tokens - first;
-    // A ChunkedKVCache restored from a file after it front-trimmed can have
-    // a start_position past its offset (mlx-lm's lossy load): no rows then.
-    if (count < 0 || count > state[0].array().dim(2) || count > state[1].array().dim(2)) return out;
-    out.segments_.push_back(
-        Segment{first, count, {state[0].array().Slice(2, 0, count), state[1].array().Slice(2, 0, count)}});
+  if (std::optional<TokenRows> rows = leaf.RowsByPosition()) {
+    out.segments_.push_back(Segment{rows->first, rows->count, std::move(rows->arrays)});
   }
   return out;
 }
@@ -196,24 +162,16 @@ std::optional<LeafRows> LeafRowSource::Rows(int64_t a, int64_t b) const {
 }
 
 Result<std::shared_ptr<Cache>> RowsPiece(const LeafInfo& info, const LeafRows& rows) {
-  const std::string count = std::to_string(rows[0].dim(2));
-  std::unique_ptr<Cache> piece;
-  if (info.spec->class_name == "QuantizedKVCache") {
-    CacheState state({CacheState({rows[0], rows[1], rows[2]}), CacheState({rows[3], rows[4], rows[5]})});
-    KV_ASSIGN_OR_RETURN(piece, CacheFromState("QuantizedKVCache", state,
-                                              MetaState::Strings({count, std::to_string(info.spec->group_size),
-                                                                  std::to_string(info.spec->bits)})));
-  } else {
-    KV_ASSIGN_OR_RETURN(piece, CacheFromState("KVCache", CacheState({rows[0], rows[1]}), MetaState()));
-  }
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<Cache> piece, CacheFromRows(info.cls->rows_piece, *info.spec, rows));
   return std::shared_ptr<Cache>(std::move(piece));
 }
 
 Result<LeafRows> RowsOfPiece(const Cache& piece, const LeafInfo& info, int64_t count) {
   const CacheSpec& s = *info.spec;
-  const bool quantized = s.class_name == "QuantizedKVCache";
-  const std::string_view want = quantized ? "QuantizedKVCache" : "KVCache";
-  if (piece.class_name() != want) return BadPiece(info, "piece class " + std::string(piece.class_name()));
+  const bool quantized = info.cls->quantized;
+  if (piece.class_name() != info.cls->rows_piece) {
+    return BadPiece(info, "piece class " + std::string(piece.class_name()));
+  }
   Result<CacheState> state = piece.State();
   if (!state.ok()) return BadPiece(info, std::string(state.status().message()));
   LeafRows rows;
@@ -223,8 +181,8 @@ Result<LeafRows> RowsOfPiece(const Cache& piece, const LeafInfo& info, int64_t c
     KV_RETURN_IF_ERROR(CheckPieceArray(info, rows[1], s.dtype, s.v_head_dim, count));
     return rows;
   }
-  const auto* q = dynamic_cast<const QuantizedKVCache*>(&piece);
-  if (q == nullptr || q->group_size() != s.group_size || q->bits() != s.bits) return BadPiece(info, "quantization");
+  Result<CacheSpec> q = SpecOfCache(piece);
+  if (!q.ok() || q->group_size != s.group_size || q->bits != s.bits) return BadPiece(info, "quantization");
   for (size_t part = 0; part < 2; ++part) {
     const int64_t dim = part == 0 ? s.k_head_dim : s.v_head_dim;
     const CacheState& t = (*state)[part];
@@ -239,7 +197,8 @@ Result<LeafRows> RowsOfPiece(const Cache& piece, const LeafInfo& info, int64_t c
 Status CheckSnapshotPiece(const Cache& piece, const LeafInfo& info, int64_t tokens) {
   Result<CacheSpec> got = SpecOfCache(piece);
   if (!got.ok()) return BadPiece(info, std::string(got.status().message()));
-  if (got->class_name == "ArraysCache" && info.spec->class_name == "MambaCache") got->class_name = "MambaCache";
+  // A class saved under another's name (MambaCache as ArraysCache).
+  if (got->class_name == info.cls->saved_as) got->class_name = info.spec->class_name;
   const std::string diff = CacheSpecDifference(*got, *info.spec, "snapshot");
   if (!diff.empty()) return BadPiece(info, diff);
   Result<CacheState> state = piece.State();

@@ -2,6 +2,8 @@
 // from them (docs/format.md §8.3). The unit is a leaf: a layer's cache, or
 // a CacheList child (recursively), addressed by its path ("3", "5.1").
 //
+// Each class says which rule it follows (CacheClassInfo::chunk_rule), how
+// its rows are read (Cache::RowsByPosition) and rebuilt (CacheFromRows):
 //   rows leaves      KVCache, QuantizedKVCache, ChunkedKVCache: chunk i
 //                    holds the leaf's rows [iC, (i+1)C) along the token axis
 //                    (quantized triples sliced alike: MLX quantizes along
@@ -36,6 +38,7 @@ struct LeafInfo {
   std::string path;
   const CacheSpec* spec = nullptr;  // points into the fingerprint's spec
   LeafKind kind = LeafKind::kRows;
+  const CacheClassInfo* cls = nullptr;  // the class's info; never null
 };
 
 // The leaves of a model in depth-first order. NotSupported for a class the

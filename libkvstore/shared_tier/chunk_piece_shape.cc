@@ -44,9 +44,8 @@ PieceShape ExpectedPiece(const LeafInfo& leaf, ChunkKind kind, int64_t chunk_tok
   const CacheSpec& s = *leaf.spec;
   PieceShape out;
   if (kind == ChunkKind::kRows) {
-    const bool quantized = s.class_name == "QuantizedKVCache";
-    out.classes = {quantized ? "QuantizedKVCache" : "KVCache"};
-    out.tensors = AttentionTensors(s, chunk_tokens, quantized, false);
+    out.classes = {std::string(leaf.cls->rows_piece)};
+    out.tensors = AttentionTensors(s, chunk_tokens, leaf.cls->quantized, false);
     return out;
   }
   out.classes = {s.class_name};
@@ -56,7 +55,8 @@ PieceShape ExpectedPiece(const LeafInfo& leaf, ChunkKind kind, int64_t chunk_tok
     out.tensors = AttentionTensors(s, end_tokens, false, true);
     return out;
   }
-  if (s.class_name == "MambaCache") out.classes.push_back("ArraysCache");  // as mlx-lm saves it
+  // A class mlx-lm saves under another name (MambaCache as ArraysCache).
+  if (leaf.cls->saved_as != s.class_name) out.classes.push_back(std::string(leaf.cls->saved_as));
   for (const SlotSpec& slot : s.slots) {
     Shape shape = {1};
     shape.insert(shape.end(), slot.shape.begin(), slot.shape.end());

@@ -18,9 +18,10 @@ std::string DefaultWriterId() {
 }
 
 // About the bytes of one chunk of a rows or rotating leaf.
-int64_t LeafChunkBytes(const CacheSpec& s, int64_t tokens) {
+int64_t LeafChunkBytes(const LeafInfo& leaf, int64_t tokens) {
+  const CacheSpec& s = *leaf.spec;
   const int64_t dims = s.k_head_dim + s.v_head_dim;
-  if (s.class_name == "QuantizedKVCache") {
+  if (leaf.cls->quantized) {
     const int64_t scales = 2 * (dims / s.group_size) * static_cast<int64_t>(DTypeSize(s.dtype));
     return tokens * s.kv_heads * (dims * s.bits / 8 + scales);
   }
@@ -42,7 +43,7 @@ std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(con
   for (const LeafInfo& leaf : ns->leaves) {
     ns->needs_snapshots = ns->needs_snapshots || leaf.kind != LeafKind::kRows;
     ns->has_snapshot_leaves = ns->has_snapshot_leaves || leaf.kind == LeafKind::kSnapshot;
-    if (leaf.kind != LeafKind::kSnapshot) ns->chunk_bytes += LeafChunkBytes(*leaf.spec, options.chunk_tokens);
+    if (leaf.kind != LeafKind::kSnapshot) ns->chunk_bytes += LeafChunkBytes(leaf, options.chunk_tokens);
   }
   namespaces.emplace(id, ns);
   return ns;
