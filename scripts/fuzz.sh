@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (-fsanitize=fuzzer,address,undefined)
+# Builds the libFuzzer targets (-fsanitize=fuzzer,address,undefined) in the
+# clang ASan tree that scripts/test.sh --sanitize also uses (scripts/build-asan.sh),
 # and runs each over its seed corpus for a bounded time.
 #   scripts/fuzz.sh [TOTAL_SECONDS]   (default 60 of wall time, shared by all targets)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 total=${1:-60}
-KVSTORE_WITH_CLANG=1 "$root/scripts/setup-deps.sh"
-build=$root/build-fuzz
-# Only the fuzzers (and the instrumented library): the test suite is built elsewhere.
-CC=clang CXX=clang++ KVSTORE_TARGETS=kvstore_fuzzers "$root/scripts/build.sh" "$build" \
-  -DKVSTORE_BUILD_FUZZ=ON -DKVSTORE_BUILD_TESTS=ON -DKVSTORE_BUILD_BENCH=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+build=$root/build-asan
+# Only the fuzzers (and the instrumented library); after scripts/test.sh
+# --sanitize they are built already.
+KVSTORE_TARGETS=kvstore_fuzzers "$root/scripts/build-asan.sh"
 mapfile -t targets < <(find "$build/tests/fuzz" -maxdepth 1 -type f -name 'fuzz_*' -perm -u+x | sort)
 if ((${#targets[@]} == 0)); then
   echo "fuzz: no targets built" >&2

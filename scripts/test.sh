@@ -4,7 +4,8 @@
 #   scripts/test.sh              Release build in build/ (the default compiler),
 #                                with the Python package and its pytest suites
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/, with clang
-#                                (so CI compiles the whole tree with both compilers)
+#                                (so CI compiles the whole tree with both compilers);
+#                                scripts/build-asan.sh, which scripts/fuzz.sh shares
 #   scripts/test.sh --tsan       ThreadSanitizer build of the concurrent parts in build-tsan/
 #                                (ServerPromptCache, PromptCacheStore, SharedPromptCache,
 #                                prompt_cache_sim, the prompt-cache reader, writer and
@@ -13,11 +14,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
-# -O1 with line tables only: sanitizer reports keep file:line, and the
-# build is much faster than -O2 -g (CI runs on 2 cores). The Python package
-# is not built under sanitizers (the interpreter is not instrumented).
-sanitizer_args=(-DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug
-                "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
+# As build-asan.sh: -O1 with line tables only, no Python package.
+tsan_args=(-DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug
+           "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
 tsan_tests=(prompt_cache_sim_short server_prompt_cache_test prompt_cache_store_test
             prompt_cache_convert_test kv_backend_conformance_test shared_prompt_cache_test
             shared_tier_redis_test)
@@ -30,11 +29,9 @@ case "$mode" in
     exec ctest --output-on-failure --parallel "$(nproc)"
     ;;
   --sanitize)
-    KVSTORE_WITH_CLANG=1 "$root/scripts/setup-deps.sh"
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-    CC=clang CXX=clang++ "$root/scripts/build.sh" "$root/build-asan" \
-      -DKVSTORE_SANITIZE=address,undefined "${sanitizer_args[@]}"
+    "$root/scripts/build-asan.sh"
     cd "$root/build-asan"
     exec ctest --output-on-failure --parallel "$(nproc)"
     ;;
@@ -43,7 +40,7 @@ case "$mode" in
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
     targets="${tsan_tests[*]/prompt_cache_sim_short/prompt_cache_sim}"
     KVSTORE_TARGETS="$targets" "$root/scripts/build.sh" "$root/build-tsan" \
-      -DKVSTORE_SANITIZE=thread "${sanitizer_args[@]}"
+      -DKVSTORE_SANITIZE=thread "${tsan_args[@]}"
     cd "$root/build-tsan"
     # kv_backend_conformance_test brings in the Redis servers (a ctest fixture).
     pattern=$(IFS='|'; echo "${tsan_tests[*]}")
