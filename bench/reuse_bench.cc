@@ -170,7 +170,7 @@ void BM_StoreOpenToFirstHit(benchmark::State& state) {
 BENCHMARK(BM_StoreOpenToFirstHit)->Arg(1000)->Arg(100000)->Iterations(30)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The same stores indexed completely before Open returns (Open with a
-// report, as the Python DiskStore opens): O(entries),
+// report, as kvtool and the simulator's report need): O(entries),
 // from the manifest without reading an entry.
 void BM_StoreOpenIndexed(benchmark::State& state) {
   std::vector<int32_t> key;

@@ -25,14 +25,24 @@ class PyDiskStore {
   PyDiskStore(const std::filesystem::path& directory, int64_t max_bytes) {
     PromptCacheStoreOptions options;
     options.max_bytes = max_bytes;
-    StoreOpenReport report;
+    // No report asked: Open returns at once and the directory is indexed in
+    // the background, so a restarted server serves its first request at once
+    // however full the store (fetches find their prefixes by name meanwhile).
     auto store = [&] {
       py::gil_scoped_release release;
-      return PromptCacheStore::Open(Env::Default(), directory.string(), options, &report);
+      return PromptCacheStore::Open(Env::Default(), directory.string(), options);
     }();
     store_ = std::shared_ptr<PromptCacheStore>(Unwrap(std::move(store)));
-    open_entries_ = report.entries;
-    dropped_ = report.dropped;
+  }
+
+  // What indexing the directory found; waits for it to finish.
+  StoreOpenReport OpenReport() const {
+    std::shared_ptr<PromptCacheStore> store = Get();
+    auto report = [&] {
+      py::gil_scoped_release release;
+      return store->WaitUntilIndexed();
+    }();
+    return Unwrap(std::move(report));
   }
 
   // InvalidArgumentError when the layers do not match `model`.
@@ -64,13 +74,11 @@ class PyDiskStore {
     if (store_ == nullptr) ThrowStatus(Status::FailedPrecondition("the disk tier is closed"));
     return store_;
   }
-  int64_t open_entries() const { return open_entries_; }
-  const std::vector<std::string>& dropped() const { return dropped_; }
+  int64_t open_entries() const { return OpenReport().entries; }
+  std::vector<std::string> dropped() const { return OpenReport().dropped; }
 
  private:
   std::shared_ptr<PromptCacheStore> store_;  // null once closed
-  int64_t open_entries_ = 0;
-  std::vector<std::string> dropped_;
 };
 
 }  // namespace
