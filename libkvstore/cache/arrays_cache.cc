@@ -10,7 +10,9 @@ namespace kvstore {
 
 namespace {
 
-Status Bad(const std::string& rule) { return Status::InvalidArgument("ArraysCache: " + rule); }
+Status BadArraysCache(const std::string& rule) {
+  return Status::InvalidArgument("ArraysCache: " + rule);
+}
 
 std::optional<Array> Int32Vector(const std::vector<int32_t>& v) {
   if (v.empty()) return std::nullopt;
@@ -38,7 +40,7 @@ Result<DType> ConcatDType(const Array& a, const Array& b) {
   if (IsFloating(x) && IsFloating(y)) return PromoteFloat(x, y);
   if (IsFloating(x) && IsIntegral(y)) return x;
   if (IsIntegral(x) && IsFloating(y)) return y;
-  return Bad("extend: " + a.Describe() + " and " + b.Describe() + " do not concatenate");
+  return BadArraysCache("extend: " + a.Describe() + " and " + b.Describe() + " do not concatenate");
 }
 
 // Concatenates two optional batch-major arrays along axis 0, filling a
@@ -51,7 +53,8 @@ Result<std::optional<Array>> ExtendOptional(const std::optional<Array>& a, int64
   bool fits = left.ndim() == right.ndim() && left.ndim() > 0;
   for (int d = 1; fits && d < left.ndim(); ++d) fits = left.dim(d) == right.dim(d);
   if (!fits)
-    return Bad("extend: " + left.Describe() + " and " + right.Describe() + " do not concatenate");
+    return BadArraysCache("extend: " + left.Describe() + " and " + right.Describe() +
+                          " do not concatenate");
   KV_ASSIGN_OR_RETURN(DType dtype, ConcatDType(left, right));
   KV_ASSIGN_OR_RETURN(Array l, left.AsType(dtype));
   KV_ASSIGN_OR_RETURN(Array r, right.AsType(dtype));
@@ -70,8 +73,8 @@ std::unique_ptr<Cache> MambaCache::Copy() const { return std::make_unique<MambaC
 
 Status ArraysCache::SetSlot(size_t i, std::optional<Array> value) {
   if (i >= slots_.size()) {
-    return Bad("slot " + std::to_string(i) + " out of range for " + std::to_string(slots_.size()) +
-               " slots");
+    return BadArraysCache("slot " + std::to_string(i) + " out of range for " +
+                          std::to_string(slots_.size()) + " slots");
   }
   slots_[i] = std::move(value);
   return Status::OK();
@@ -95,7 +98,7 @@ Status ArraysCache::Advance(int64_t n) {
   };
   for (const auto* a : {&lengths_, &left_padding_}) {
     if (*a && !IsIntegral(a->value().dtype()) && !IsFloating(a->value().dtype())) {
-      return Bad("advance: padding arrays must be numeric");
+      return BadArraysCache("advance: padding arrays must be numeric");
     }
   }
   lengths_ = sub(lengths_);
@@ -113,10 +116,10 @@ Result<CacheState> ArraysCache::State() const {
 
 namespace {
 Result<std::vector<std::optional<Array>>> ParseSlots(const CacheState& list) {
-  if (!list.is_list()) return Bad("state slots must be a list");
+  if (!list.is_list()) return BadArraysCache("state slots must be a list");
   if (list.size() > ArraysCache::kMaxSlots) {
-    return Bad(std::to_string(list.size()) + " slots exceed the limit of " +
-               std::to_string(ArraysCache::kMaxSlots));
+    return BadArraysCache(std::to_string(list.size()) + " slots exceed the limit of " +
+                          std::to_string(ArraysCache::kMaxSlots));
   }
   std::vector<std::optional<Array>> slots;
   for (const CacheState& s : list.list()) {
@@ -125,17 +128,17 @@ Result<std::vector<std::optional<Array>>> ParseSlots(const CacheState& list) {
     else if (s.is_array())
       slots.emplace_back(s.array());
     else
-      return Bad("a slot must be an array or None");
+      return BadArraysCache("a slot must be an array or None");
   }
   return slots;
 }
 
 Result<std::optional<Array>> ParsePadding(const CacheState& s, const char* what) {
-  if (!s.is_array()) return Bad(std::string(what) + " must be an array");
+  if (!s.is_array()) return BadArraysCache(std::string(what) + " must be an array");
   const Array& a = s.array();
   if (a.numel() == 0) return std::optional<Array>();
   if (a.ndim() != 1 || !(IsIntegral(a.dtype()) || IsFloating(a.dtype()))) {
-    return Bad(std::string(what) + " " + a.Describe() + " must be a 1-D numeric array");
+    return BadArraysCache(std::string(what) + " " + a.Describe() + " must be a 1-D numeric array");
   }
   return std::optional<Array>(a);
 }
@@ -143,8 +146,8 @@ Result<std::optional<Array>> ParsePadding(const CacheState& s, const char* what)
 
 Status ArraysCache::SetState(const CacheState& state) {
   if (!state.is_list() || state.size() != 3) {
-    return Bad("state must be [slots, left_padding, lengths] (3 entries), got " +
-               std::to_string(state.size()));
+    return BadArraysCache("state must be [slots, left_padding, lengths] (3 entries), got " +
+                          std::to_string(state.size()));
   }
   KV_ASSIGN_OR_RETURN(auto slots, ParseSlots(state[0]));
   KV_ASSIGN_OR_RETURN(auto left, ParsePadding(state[1], "left_padding"));
@@ -188,7 +191,7 @@ Result<Mask> ArraysCache::MakeMask(int64_t n, const MaskOptions&) const {
 
 Status ArraysCache::Prepare(const PrepareArgs& args) {
   if (!args.lengths)
-    return Bad("prepare needs lengths (upstream converts None to an array and fails)");
+    return BadArraysCache("prepare needs lengths (upstream converts None to an array and fails)");
   lengths_ = Array::FromInt32s(*args.lengths);
   return Status::OK();
 }
@@ -203,7 +206,8 @@ Status ArraysCache::Filter(std::span<const int64_t> batch_indices) {
   auto check = [&](const Array& a) -> Status {
     for (int64_t i : batch_indices) {
       if (a.ndim() == 0 || i < 0 || i >= a.dim(0)) {
-        return Bad("filter index " + std::to_string(i) + " out of range for " + a.Describe());
+        return BadArraysCache("filter index " + std::to_string(i) + " out of range for " +
+                              a.Describe());
       }
     }
     return Status::OK();
@@ -223,8 +227,8 @@ Status ArraysCache::Filter(std::span<const int64_t> batch_indices) {
 
 Status ArraysCache::Extend(Cache& other_cache) {
   auto* other = dynamic_cast<ArraysCache*>(&other_cache);
-  if (other == nullptr) return Bad("extend needs another ArraysCache");
-  if (other->slots_.size() != slots_.size()) return Bad("extend: slot counts differ");
+  if (other == nullptr) return BadArraysCache("extend needs another ArraysCache");
+  if (other->slots_.size() != slots_.size()) return BadArraysCache("extend: slot counts differ");
   const int64_t mine = batch_size(), theirs = other->batch_size();
   std::vector<std::optional<Array>> slots(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -241,11 +245,12 @@ Status ArraysCache::Extend(Cache& other_cache) {
 Result<std::unique_ptr<Cache>> ArraysCache::Extract(int64_t index) const {
   auto out = std::make_unique<ArraysCache>(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i]) return Bad("extract: slot " + std::to_string(i) + " is None");
+    if (!slots_[i]) return BadArraysCache("extract: slot " + std::to_string(i) + " is None");
     const Array& s = *slots_[i];
     int64_t idx = index < 0 ? index + s.dim(0) : index;
     if (s.ndim() == 0 || idx < 0 || idx >= s.dim(0)) {
-      return Bad("extract index " + std::to_string(index) + " out of range for " + s.Describe());
+      return BadArraysCache("extract index " + std::to_string(index) + " out of range for " +
+                            s.Describe());
     }
     out->slots_[i] = s.Slice(0, idx, idx + 1);
   }
@@ -253,7 +258,7 @@ Result<std::unique_ptr<Cache>> ArraysCache::Extract(int64_t index) const {
 }
 
 Result<std::unique_ptr<ArraysCache>> ArraysCache::Merge(std::span<const Cache* const> caches) {
-  if (caches.empty()) return Bad("merge of no caches");
+  if (caches.empty()) return BadArraysCache("merge of no caches");
   KV_ASSIGN_OR_RETURN(std::vector<const ArraysCache*> in,
                       Downcast<ArraysCache>("ArraysCache", "ArraysCache", caches));
   const size_t n = in[0]->slots_.size();
@@ -270,7 +275,8 @@ Result<std::unique_ptr<ArraysCache>> ArraysCache::Merge(std::span<const Cache* c
     }
     if (first == nullptr) continue;
     all_empty = false;
-    if (first->ndim() == 0) return Bad("merge: slot " + std::to_string(e) + " has rank 0");
+    if (first->ndim() == 0)
+      return BadArraysCache("merge: slot " + std::to_string(e) + " has rank 0");
     Array merged = ZerosRows(*first, b);
     for (int64_t i = 0; i < b; ++i) {
       const auto& slot = in[i]->slots_.size() > e ? in[i]->slots_[e] : std::nullopt;
@@ -278,8 +284,9 @@ Result<std::unique_ptr<ArraysCache>> ArraysCache::Merge(std::span<const Cache* c
       Shape want = first->shape();
       want[0] = 1;
       if (slot->shape() != want) {
-        return Bad("merge: slot " + std::to_string(e) + " of cache " + std::to_string(i) + " is " +
-                   slot->Describe() + ", expected one row like " + first->Describe());
+        return BadArraysCache("merge: slot " + std::to_string(e) + " of cache " +
+                              std::to_string(i) + " is " + slot->Describe() +
+                              ", expected one row like " + first->Describe());
       }
       // Slice assignment casts to the first cache's dtype, as upstream.
       KV_ASSIGN_OR_RETURN(Array cast, slot->AsType(first->dtype()));

@@ -12,8 +12,10 @@
 namespace kvstore {
 
 namespace {
-constexpr std::string_view kName = "BatchKVCache";
-Status Bad(const std::string& rule) { return Status::InvalidArgument("BatchKVCache: " + rule); }
+constexpr std::string_view kBatchKVCacheName = "BatchKVCache";
+Status BadBatchKVCache(const std::string& rule) {
+  return Status::InvalidArgument("BatchKVCache: " + rule);
+}
 }  // namespace
 
 BatchKVCache::BatchKVCache(std::vector<int32_t> left_padding)
@@ -32,20 +34,20 @@ Array BatchKVCache::left_padding() const { return Array::FromInt32s(left_padding
 bool BatchKVCache::Empty() const { return buffers_->empty(); }
 
 Result<KeysValues> BatchKVCache::UpdateAndFetch(const Array& keys, const Array& values) {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckBatchUpdate(kName, *buffers_, offset_.size(), keys, values));
-  KV_RETURN_IF_ERROR(buffers_->WriteGrowing(kName, idx_, keys, values));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckBatchUpdate(kBatchKVCacheName, *buffers_, offset_.size(), keys, values));
+  KV_RETURN_IF_ERROR(buffers_->WriteGrowing(kBatchKVCacheName, idx_, keys, values));
   AddToEach(offset_, keys.dim(2));
   idx_ += keys.dim(2);
   return buffers_->Fetch(idx_);
 }
 
 Result<CacheState> BatchKVCache::State() const {
-  return MakeBatchState(kName, *buffers_, idx_, offset_, left_padding_);
+  return MakeBatchState(kBatchKVCacheName, *buffers_, idx_, offset_, left_padding_);
 }
 
 Status BatchKVCache::SetState(const CacheState& state) {
-  KV_ASSIGN_OR_RETURN(BatchState st, ParseBatchState(kName, state));
+  KV_ASSIGN_OR_RETURN(BatchState st, ParseBatchState(kBatchKVCacheName, state));
   buffers_->Reset(st.keys, st.values);
   offset_ = std::move(st.offset);
   left_padding_ = std::move(st.left_padding);
@@ -57,14 +59,14 @@ Status BatchKVCache::SetState(const CacheState& state) {
 Result<int64_t> BatchKVCache::Nbytes() const { return buffers_->nbytes(); }
 
 Result<int64_t> BatchKVCache::Trim(int64_t n) {
-  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kName, n, idx_));
+  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kBatchKVCacheName, n, idx_));
   idx_ -= trimmed;
   AddToEach(offset_, -trimmed);
   return trimmed;
 }
 
 Result<Mask> BatchKVCache::MakeMask(int64_t n, const MaskOptions& options) const {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *buffers_, offset_.size()));
   CausalMaskOptions causal;
   causal.offset = idx_;
   causal.window_size = options.window_size;
@@ -74,11 +76,11 @@ Result<Mask> BatchKVCache::MakeMask(int64_t n, const MaskOptions& options) const
 }
 
 Status BatchKVCache::Prepare(const PrepareArgs& args) {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckLeftPadding(kName, args, buffers_->empty(), offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckLeftPadding(kBatchKVCacheName, args, buffers_->empty(), offset_.size()));
   const bool right = HasRightPadding(args);
   if (right && args.right_padding->size() != offset_.size())
-    return Bad("right_padding has the wrong batch size");
+    return BadBatchKVCache("right_padding has the wrong batch size");
   ApplyLeftPadding(args, offset_, left_padding_);
   if (right) right_padding_ = *args.right_padding;
   return Status::OK();
@@ -86,9 +88,10 @@ Status BatchKVCache::Prepare(const PrepareArgs& args) {
 
 Status BatchKVCache::Finalize() {
   if (!right_padding_) return Status::OK();
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  if (buffers_->empty()) return Bad("finalize with right padding on an empty cache");
-  KV_RETURN_IF_ERROR(CheckPending(kName, "right_padding", *right_padding_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *buffers_, offset_.size()));
+  if (buffers_->empty()) return BadBatchKVCache("finalize with right padding on an empty cache");
+  KV_RETURN_IF_ERROR(
+      CheckPending(kBatchKVCacheName, "right_padding", *right_padding_, offset_.size()));
   const std::vector<int32_t> pad = *right_padding_;
   buffers_->Map([&](const Array& a) { return DynamicRoll(a, pad); });
   for (size_t i = 0; i < pad.size(); ++i) {
@@ -100,8 +103,8 @@ Status BatchKVCache::Finalize() {
 }
 
 Status BatchKVCache::Filter(std::span<const int64_t> batch_indices) {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckBatchIndices(kName, batch_indices, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckBatchIndices(kBatchKVCacheName, batch_indices, offset_.size()));
   if (!buffers_->empty()) buffers_->Map([&](const Array& a) { return a.Take(0, batch_indices); });
   offset_ = TakeRows(offset_, batch_indices);
   left_padding_ = TakeRows(left_padding_, batch_indices);
@@ -120,14 +123,15 @@ Status BatchKVCache::Filter(std::span<const int64_t> batch_indices) {
 
 Status BatchKVCache::Extend(Cache& other_cache) {
   auto* other = dynamic_cast<BatchKVCache*>(&other_cache);
-  if (other == nullptr) return Bad("extend needs another BatchKVCache");
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *other->buffers_, other->offset_.size()));
+  if (other == nullptr) return BadBatchKVCache("extend needs another BatchKVCache");
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *other->buffers_, other->offset_.size()));
   const KVBuffers& mine = *buffers_;
   const KVBuffers& theirs = *other->buffers_;
   KV_ASSIGN_OR_RETURN(
       ExtendedBatch merged,
-      ExtendBatches(kName, BatchSide{mine.keys(), mine.values(), idx_, offset_, left_padding_},
+      ExtendBatches(kBatchKVCacheName,
+                    BatchSide{mine.keys(), mine.values(), idx_, offset_, left_padding_},
                     BatchSide{theirs.keys(), theirs.values(), other->idx_, other->offset_,
                               other->left_padding_}));
   if (merged.keys.defined()) buffers_->Reset(merged.keys, merged.values);
@@ -138,8 +142,8 @@ Status BatchKVCache::Extend(Cache& other_cache) {
 }
 
 Result<std::unique_ptr<Cache>> BatchKVCache::Extract(int64_t index) const {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_ASSIGN_OR_RETURN(const int64_t row, BatchRow(kName, index, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchKVCacheName, *buffers_, offset_.size()));
+  KV_ASSIGN_OR_RETURN(const int64_t row, BatchRow(kBatchKVCacheName, index, offset_.size()));
   auto out = std::make_unique<KVCache>();
   if (buffers_->empty()) return std::unique_ptr<Cache>(std::move(out));
   const int64_t start = std::clamp<int64_t>(left_padding_[row], 0, idx_);
@@ -149,7 +153,8 @@ Result<std::unique_ptr<Cache>> BatchKVCache::Extract(int64_t index) const {
 }
 
 Result<std::unique_ptr<BatchKVCache>> BatchKVCache::Merge(std::span<const Cache* const> caches) {
-  KV_ASSIGN_OR_RETURN(std::vector<const KVCache*> in, Downcast<KVCache>(kName, "KVCache", caches));
+  KV_ASSIGN_OR_RETURN(std::vector<const KVCache*> in,
+                      Downcast<KVCache>(kBatchKVCacheName, "KVCache", caches));
   std::vector<KeysValues> rows;
   for (const KVCache* c : in) {
     if (c->Empty())
@@ -158,7 +163,7 @@ Result<std::unique_ptr<BatchKVCache>> BatchKVCache::Merge(std::span<const Cache*
       rows.push_back(
           {c->keys_buffer().Slice(2, 0, c->Size()), c->values_buffer().Slice(2, 0, c->Size())});
   }
-  KV_ASSIGN_OR_RETURN(MergedBatch m, MergeBatch(kName, rows));
+  KV_ASSIGN_OR_RETURN(MergedBatch m, MergeBatch(kBatchKVCacheName, rows));
   auto out = std::make_unique<BatchKVCache>(m.padding);
   if (m.length == 0) return out;
   out->buffers_->Reset(m.keys, m.values);

@@ -15,8 +15,8 @@
 namespace kvstore {
 
 namespace {
-constexpr std::string_view kName = "BatchRotatingKVCache";
-Status Bad(const std::string& rule) {
+constexpr std::string_view kBatchRotatingName = "BatchRotatingKVCache";
+Status BadBatchRotating(const std::string& rule) {
   return Status::InvalidArgument("BatchRotatingKVCache: " + rule);
 }
 
@@ -67,9 +67,10 @@ int64_t BatchRotatingKVCache::Size() const { return std::min(seq_offset_, max_si
 bool BatchRotatingKVCache::Empty() const { return buffers_->empty(); }
 
 Result<KeysValues> BatchRotatingKVCache::UpdateAndFetch(const Array& keys, const Array& values) {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckBatchUpdate(kName, *buffers_, offset_.size(), keys, values));
-  if (lengths_) KV_RETURN_IF_ERROR(CheckPending(kName, "lengths", *lengths_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckBatchUpdate(kBatchRotatingName, *buffers_, offset_.size(), keys, values));
+  if (lengths_)
+    KV_RETURN_IF_ERROR(CheckPending(kBatchRotatingName, "lengths", *lengths_, offset_.size()));
   return keys.dim(2) == 1 ? UpdateInPlace(keys, values) : UpdateConcat(keys, values);
 }
 
@@ -101,8 +102,9 @@ Result<KeysValues> BatchRotatingKVCache::UpdateInPlace(const Array& keys, const 
     return Status::FailedPrecondition(
         "BatchRotatingKVCache: finalize() the right-padded prefill before decoding");
   }
-  KV_ASSIGN_OR_RETURN(RotatingSlot slot, PlanInPlaceWrite(kName, *buffers_, seq_offset_, idx_,
-                                                          max_size_, 0, keys, values));
+  KV_ASSIGN_OR_RETURN(RotatingSlot slot,
+                      PlanInPlaceWrite(kBatchRotatingName, *buffers_, seq_offset_, idx_, max_size_,
+                                       0, keys, values));
   if (slot.replaced) buffers_->Reset(slot.keys, slot.values);
   AddToEach(left_padding_, -slot.dropped);
   idx_ = slot.idx;
@@ -119,13 +121,13 @@ Result<KeysValues> BatchRotatingKVCache::UpdateInPlace(const Array& keys, const 
 }
 
 Result<CacheState> BatchRotatingKVCache::State() const {
-  return MakeBatchState(kName, *buffers_, seq_offset_, offset_, left_padding_);
+  return MakeBatchState(kBatchRotatingName, *buffers_, seq_offset_, offset_, left_padding_);
 }
 
 // Only the buffers and per-row vectors: _offset, _idx and rotated come with
 // the meta_state, as upstream.
 Status BatchRotatingKVCache::SetState(const CacheState& state) {
-  KV_ASSIGN_OR_RETURN(BatchState st, ParseBatchState(kName, state));
+  KV_ASSIGN_OR_RETURN(BatchState st, ParseBatchState(kBatchRotatingName, state));
   buffers_->Reset(st.keys, st.values);
   offset_ = std::move(st.offset);
   left_padding_ = std::move(st.left_padding);
@@ -140,16 +142,17 @@ MetaState BatchRotatingKVCache::meta_state() const {
 
 Status BatchRotatingKVCache::SetMetaState(const MetaState& meta) {
   if (!meta.is_list() || meta.size() != 4) {
-    return Bad("meta_state must be [max_size, _offset, _idx, rotated]");
+    return BadBatchRotating("meta_state must be [max_size, _offset, _idx, rotated]");
   }
-  KV_ASSIGN_OR_RETURN(int64_t max_size, ParseMetaInt(kName, "max_size", meta[0]));
-  KV_ASSIGN_OR_RETURN(int64_t seq_offset, ParseMetaInt(kName, "_offset", meta[1]));
-  KV_ASSIGN_OR_RETURN(int64_t idx, ParseMetaInt(kName, "_idx", meta[2]));
-  if (!meta[3].is_string()) return Bad("meta_state rotated is not a string");
+  KV_ASSIGN_OR_RETURN(int64_t max_size, ParseMetaInt(kBatchRotatingName, "max_size", meta[0]));
+  KV_ASSIGN_OR_RETURN(int64_t seq_offset, ParseMetaInt(kBatchRotatingName, "_offset", meta[1]));
+  KV_ASSIGN_OR_RETURN(int64_t idx, ParseMetaInt(kBatchRotatingName, "_idx", meta[2]));
+  if (!meta[3].is_string()) return BadBatchRotating("meta_state rotated is not a string");
   const int64_t rows = buffers_->empty() ? max_size : buffers_->rows();
   if (max_size < 1 || seq_offset < 0 || idx < 0 || idx > std::max(rows, max_size)) {
-    return Bad("meta_state max_size " + std::to_string(max_size) + ", _offset " +
-               std::to_string(seq_offset) + ", _idx " + std::to_string(idx) + " out of range");
+    return BadBatchRotating("meta_state max_size " + std::to_string(max_size) + ", _offset " +
+                            std::to_string(seq_offset) + ", _idx " + std::to_string(idx) +
+                            " out of range");
   }
   max_size_ = max_size;
   seq_offset_ = seq_offset;
@@ -170,7 +173,7 @@ Status BatchRotatingKVCache::CheckSavedState() const {
 Result<int64_t> BatchRotatingKVCache::Nbytes() const { return buffers_->nbytes(); }
 
 Result<int64_t> BatchRotatingKVCache::Trim(int64_t n) {
-  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kName, n, seq_offset_));
+  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kBatchRotatingName, n, seq_offset_));
   seq_offset_ -= trimmed;
   idx_ -= trimmed;
   AddToEach(offset_, -trimmed);
@@ -178,7 +181,7 @@ Result<int64_t> BatchRotatingKVCache::Trim(int64_t n) {
 }
 
 Result<Mask> BatchRotatingKVCache::MakeMask(int64_t n, const MaskOptions& options) const {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *buffers_, offset_.size()));
   const int64_t w = options.window_size.value_or(0) != 0 ? *options.window_size : max_size_;
   const int64_t o = std::min(max_size_ - 1, seq_offset_);
   const int64_t t = idx_ - max_size_ + (n > 1 ? 1 : 0);
@@ -199,11 +202,11 @@ Result<Mask> BatchRotatingKVCache::MakeMask(int64_t n, const MaskOptions& option
 }
 
 Status BatchRotatingKVCache::Prepare(const PrepareArgs& args) {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckLeftPadding(kName, args, buffers_->empty(), offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckLeftPadding(kBatchRotatingName, args, buffers_->empty(), offset_.size()));
   const bool right = HasRightPadding(args);
   if (right && (!args.lengths || args.lengths->size() != offset_.size())) {
-    return Bad("prepare with right_padding needs lengths for every row");
+    return BadBatchRotating("prepare with right_padding needs lengths for every row");
   }
   ApplyLeftPadding(args, offset_, left_padding_);
   if (right) {
@@ -216,9 +219,9 @@ Status BatchRotatingKVCache::Prepare(const PrepareArgs& args) {
 
 Status BatchRotatingKVCache::Finalize() {
   if (!lengths_) return Status::OK();
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  if (buffers_->empty()) return Bad("finalize with pending lengths on an empty cache");
-  KV_RETURN_IF_ERROR(CheckPending(kName, "lengths", *lengths_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *buffers_, offset_.size()));
+  if (buffers_->empty()) return BadBatchRotating("finalize with pending lengths on an empty cache");
+  KV_RETURN_IF_ERROR(CheckPending(kBatchRotatingName, "lengths", *lengths_, offset_.size()));
   Array k = buffers_->keys(), v = buffers_->values();
   RollPastLengths(k, v, offset_, left_padding_, *lengths_);
   buffers_->Reset(k, v);
@@ -227,8 +230,8 @@ Status BatchRotatingKVCache::Finalize() {
 }
 
 Status BatchRotatingKVCache::Filter(std::span<const int64_t> batch_indices) {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckBatchIndices(kName, batch_indices, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckBatchIndices(kBatchRotatingName, batch_indices, offset_.size()));
   if (!buffers_->empty()) buffers_->Map([&](const Array& a) { return a.Take(0, batch_indices); });
   offset_ = TakeRows(offset_, batch_indices);
   left_padding_ = TakeRows(left_padding_, batch_indices);
@@ -237,9 +240,9 @@ Status BatchRotatingKVCache::Filter(std::span<const int64_t> batch_indices) {
 
 Status BatchRotatingKVCache::Extend(Cache& other_cache) {
   auto* other = dynamic_cast<BatchRotatingKVCache*>(&other_cache);
-  if (other == nullptr) return Bad("extend needs another BatchRotatingKVCache");
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *other->buffers_, other->offset_.size()));
+  if (other == nullptr) return BadBatchRotating("extend needs another BatchRotatingKVCache");
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *buffers_, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *other->buffers_, other->offset_.size()));
   const bool both_empty = buffers_->empty() && other->buffers_->empty();
   // Upstream puts both (the argument too) into temporal order first.
   const bool reorder = !both_empty && (rotated_ != other->rotated_ || idx_ != other->idx_);
@@ -248,7 +251,7 @@ Status BatchRotatingKVCache::Extend(Cache& other_cache) {
   KV_ASSIGN_OR_RETURN(
       ExtendedBatch merged,
       ExtendBatches(
-          kName, BatchSide{mine.keys, mine.values, mine.idx, offset_, left_padding_},
+          kBatchRotatingName, BatchSide{mine.keys, mine.values, mine.idx, offset_, left_padding_},
           BatchSide{theirs.keys, theirs.values, theirs.idx, other->offset_, other->left_padding_}));
   if (reorder && other->rotated_) {
     other->buffers_->Reset(theirs.keys, theirs.values);
@@ -265,8 +268,8 @@ Status BatchRotatingKVCache::Extend(Cache& other_cache) {
 }
 
 Result<std::unique_ptr<Cache>> BatchRotatingKVCache::Extract(int64_t index) const {
-  KV_RETURN_IF_ERROR(CheckRowsAgree(kName, *buffers_, offset_.size()));
-  KV_ASSIGN_OR_RETURN(const int64_t row, BatchRow(kName, index, offset_.size()));
+  KV_RETURN_IF_ERROR(CheckRowsAgree(kBatchRotatingName, *buffers_, offset_.size()));
+  KV_ASSIGN_OR_RETURN(const int64_t row, BatchRow(kBatchRotatingName, index, offset_.size()));
   auto out = std::make_unique<RotatingKVCache>(max_size_, 0);
   if (buffers_->empty()) return std::unique_ptr<Cache>(std::move(out));
   const int64_t pad = std::max<int32_t>(0, left_padding_[row]);
@@ -290,12 +293,13 @@ Result<std::unique_ptr<Cache>> BatchRotatingKVCache::Extract(int64_t index) cons
 Result<std::unique_ptr<BatchRotatingKVCache>> BatchRotatingKVCache::Merge(
     std::span<const Cache* const> caches) {
   KV_ASSIGN_OR_RETURN(std::vector<const RotatingKVCache*> in,
-                      Downcast<RotatingKVCache>(kName, "RotatingKVCache", caches));
-  if (in.empty()) return Bad("merge of no caches");
+                      Downcast<RotatingKVCache>(kBatchRotatingName, "RotatingKVCache", caches));
+  if (in.empty()) return BadBatchRotating("merge of no caches");
   const int64_t max_size = in[0]->max_size();
   std::vector<KeysValues> rows;
   for (const RotatingKVCache* r : in) {
-    if (r->max_size() != max_size) return Bad("merge of caches with different max_size");
+    if (r->max_size() != max_size)
+      return BadBatchRotating("merge of caches with different max_size");
     if (r->Empty()) {
       rows.emplace_back();
       continue;
@@ -303,10 +307,10 @@ Result<std::unique_ptr<BatchRotatingKVCache>> BatchRotatingKVCache::Merge(
     const int64_t len = r->Size(), off = r->offset().value_or(0);
     const Array k = RotatingTemporalOrder(r->keys_buffer(), r->keep(), r->idx(), off);
     const Array v = RotatingTemporalOrder(r->values_buffer(), r->keep(), r->idx(), off);
-    if (k.dim(2) < len) return Bad("merge: a cache holds fewer rows than its size");
+    if (k.dim(2) < len) return BadBatchRotating("merge: a cache holds fewer rows than its size");
     rows.push_back({k.Slice(2, k.dim(2) - len, k.dim(2)), v.Slice(2, v.dim(2) - len, v.dim(2))});
   }
-  KV_ASSIGN_OR_RETURN(MergedBatch m, MergeBatch(kName, rows));
+  KV_ASSIGN_OR_RETURN(MergedBatch m, MergeBatch(kBatchRotatingName, rows));
   auto out = std::make_unique<BatchRotatingKVCache>(max_size, m.padding);
   if (m.length == 0) return out;
   out->buffers_->Reset(m.keys, m.values);

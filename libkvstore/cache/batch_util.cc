@@ -9,7 +9,7 @@
 namespace kvstore {
 
 namespace {
-Status Bad(std::string_view cls, const std::string& rule) {
+Status BatchError(std::string_view cls, const std::string& rule) {
   return Status::InvalidArgument(std::string(cls) + ": " + rule);
 }
 
@@ -39,13 +39,13 @@ Array DynamicRoll(const Array& x, const std::vector<int32_t>& shifts) {
 Result<std::vector<int32_t>> Int32Values(std::string_view cls, std::string_view what,
                                          const Array& a) {
   if (a.ndim() != 1 || !IsIntegral(a.dtype()) || a.dtype() == DType::kBool) {
-    return Bad(cls, std::string(what) + " " + a.Describe() + " must be a 1-D integer array");
+    return BatchError(cls, std::string(what) + " " + a.Describe() + " must be a 1-D integer array");
   }
   KV_ASSIGN_OR_RETURN(Array i64, a.AsType(DType::kI64));
   std::vector<int32_t> out;
   for (int64_t v : i64.ToVector<int64_t>()) {
     if (v < INT32_MIN || v > INT32_MAX)
-      return Bad(cls, std::string(what) + " value out of int32 range");
+      return BatchError(cls, std::string(what) + " value out of int32 range");
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
@@ -59,8 +59,8 @@ Status CheckBatchUpdate(std::string_view cls, const KVBuffers& buffers, size_t r
                         const Array& keys, const Array& values) {
   KV_RETURN_IF_ERROR(buffers.CheckUpdate(cls, keys, values));
   if (keys.dim(0) != static_cast<int64_t>(rows)) {
-    return Bad(cls, "update batch " + std::to_string(keys.dim(0)) + " differs from the cache's " +
-                        std::to_string(rows) + " rows");
+    return BatchError(cls, "update batch " + std::to_string(keys.dim(0)) +
+                               " differs from the cache's " + std::to_string(rows) + " rows");
   }
   return Status::OK();
 }
@@ -84,16 +84,17 @@ Status CheckRowsAgree(std::string_view cls, const KVBuffers& buffers, size_t row
 
 Result<BatchState> ParseBatchState(std::string_view cls, const CacheState& state) {
   if (!state.is_list() || state.size() != 4)
-    return Bad(cls, "state must be [keys, values, offset, left_padding]");
+    return BatchError(cls, "state must be [keys, values, offset, left_padding]");
   KV_RETURN_IF_ERROR(CheckKeysValuesState(cls, CacheState({state[0], state[1]})));
   if (!state[2].is_array() || !state[3].is_array())
-    return Bad(cls, "offset and left_padding must be arrays");
+    return BatchError(cls, "offset and left_padding must be arrays");
   BatchState out{state[0].array(), state[1].array(), {}, {}};
   KV_ASSIGN_OR_RETURN(out.offset, Int32Values(cls, "offset", state[2].array()));
   KV_ASSIGN_OR_RETURN(out.left_padding, Int32Values(cls, "left_padding", state[3].array()));
   if (out.offset.size() != out.left_padding.size()) {
-    return Bad(cls, "offset and left_padding must have one length, got " + std::to_string(out.offset.size()) +
-                        " and " + std::to_string(out.left_padding.size()));
+    return BatchError(cls, "offset and left_padding must have one length, got " +
+                               std::to_string(out.offset.size()) + " and " +
+                               std::to_string(out.left_padding.size()));
   }
   return out;
 }
@@ -107,8 +108,9 @@ Result<CacheState> MakeBatchState(std::string_view cls, const KVBuffers& buffers
 
 Status CheckLeftPadding(std::string_view cls, const PrepareArgs& args, bool empty, size_t rows) {
   if (!args.left_padding) return Status::OK();
-  if (!empty) return Bad(cls, "left_padding can only be added to an empty cache");
-  if (args.left_padding->size() != rows) return Bad(cls, "left_padding has the wrong batch size");
+  if (!empty) return BatchError(cls, "left_padding can only be added to an empty cache");
+  if (args.left_padding->size() != rows)
+    return BatchError(cls, "left_padding has the wrong batch size");
   return Status::OK();
 }
 
@@ -129,7 +131,7 @@ bool HasRightPadding(const PrepareArgs& args) {
 Status CheckBatchIndices(std::string_view cls, std::span<const int64_t> indices, size_t rows) {
   for (int64_t i : indices) {
     if (i < 0 || i >= static_cast<int64_t>(rows))
-      return Bad(cls, "filter index " + std::to_string(i) + " out of range");
+      return BatchError(cls, "filter index " + std::to_string(i) + " out of range");
   }
   return Status::OK();
 }
@@ -143,7 +145,7 @@ std::vector<int32_t> TakeRows(const std::vector<int32_t>& v, std::span<const int
 Result<int64_t> BatchRow(std::string_view cls, int64_t index, size_t rows) {
   const int64_t b = static_cast<int64_t>(rows);
   if (index < 0) index += b;
-  if (index < 0 || index >= b) return Bad(cls, "extract index out of range");
+  if (index < 0 || index >= b) return BatchError(cls, "extract index out of range");
   return index;
 }
 
@@ -158,7 +160,7 @@ Result<ExtendedBatch> ExtendBatches(std::string_view cls, const BatchSide& a, co
   if (a.keys.defined() && b.keys.defined() &&
       (a.keys.dim(1) != b.keys.dim(1) || a.keys.dim(3) != b.keys.dim(3) ||
        a.values.dim(3) != b.values.dim(3))) {
-    return Bad(cls, "extend of caches with different heads or head dims");
+    return BatchError(cls, "extend of caches with different heads or head dims");
   }
   const int64_t max_idx = std::max(a.idx, b.idx);
   const int64_t max_len =
@@ -185,7 +187,8 @@ Result<ExtendedBatch> ExtendBatches(std::string_view cls, const BatchSide& a, co
     return j;
   };
   Justified x = justify(a), y = justify(b);
-  if (x.k.dim(2) != y.k.dim(2)) return Bad(cls, "extend of caches whose buffers cannot be aligned");
+  if (x.k.dim(2) != y.k.dim(2))
+    return BatchError(cls, "extend of caches whose buffers cannot be aligned");
   const DType kd = PromoteFloat(x.k.dtype(), y.k.dtype()),
               vd = PromoteFloat(x.v.dtype(), y.v.dtype());
   const Array ks[] = {x.k.AsType(kd).value(),
@@ -225,8 +228,8 @@ Result<MergedBatch> MergeBatch(std::string_view cls, std::span<const KeysValues>
     out.padding.push_back(static_cast<int32_t>(pad));
     if (len == 0) continue;
     if (r.keys.dim(0) != 1 || r.keys.dim(1) != h || r.keys.dim(3) != dk || r.values.dim(3) != dv) {
-      return Bad(cls, "merge: cache " + std::to_string(i) + " " + r.keys.Describe() +
-                          " does not fit " + out.keys.Describe());
+      return BatchError(cls, "merge: cache " + std::to_string(i) + " " + r.keys.Describe() +
+                                 " does not fit " + out.keys.Describe());
     }
     KV_RETURN_IF_ERROR(out.keys.Slice(0, i, i + 1)
                            .Slice(2, pad, out.length)

@@ -16,7 +16,9 @@ namespace kvstore {
 namespace {
 constexpr size_t kMaxChildren = 4096;
 
-Status Bad(const std::string& rule) { return Status::InvalidArgument("CacheList: " + rule); }
+Status BadCacheList(const std::string& rule) {
+  return Status::InvalidArgument("CacheList: " + rule);
+}
 
 using ChildOp = std::function<Status(Cache& child, size_t i, bool probe)>;
 
@@ -83,7 +85,7 @@ Result<CacheState> CacheList::State() const {
 }
 
 Status CacheList::SetState(const CacheState& state) {
-  if (!state.is_list()) return Bad("state must be a list of child states");
+  if (!state.is_list()) return BadCacheList("state must be a list of child states");
   return ForEachChild(children_, [&](Cache& c, size_t i, bool) {
     return i < state.size() ? c.SetState(state[i]) : Status::OK();  // zip() stops at the shorter
   });
@@ -100,7 +102,7 @@ MetaState CacheList::meta_state() const {
 
 Status CacheList::SetMetaState(const MetaState& meta) {
   if (!meta.is_list() || meta.size() != 2 || !meta[1].is_list()) {
-    return Bad("meta_state must be [[class names], [child metas]]");
+    return BadCacheList("meta_state must be [[class names], [child metas]]");
   }
   const MetaState& metas = meta[1];
   return ForEachChild(children_, [&](Cache& c, size_t i, bool) {
@@ -117,21 +119,22 @@ Status CacheList::CheckSavedState() const {
 
 Result<std::unique_ptr<CacheList>> CacheList::FromState(const CacheState& state,
                                                         const MetaState& meta) {
-  if (!state.is_list()) return Bad("state must be a list of child states");
+  if (!state.is_list()) return BadCacheList("state must be a list of child states");
   if (!meta.is_list() || meta.size() != 2 || !meta[0].is_list() || !meta[1].is_list()) {
-    return Bad("meta_state must be [[class names], [child metas]]");
+    return BadCacheList("meta_state must be [[class names], [child metas]]");
   }
   const MetaState& names = meta[0];
   const MetaState& metas = meta[1];
   if (names.size() != state.size() || metas.size() != state.size()) {
-    return Bad("state has " + std::to_string(state.size()) + " children but meta_state names " +
-               std::to_string(names.size()) + " classes and " + std::to_string(metas.size()) +
-               " metas");
+    return BadCacheList("state has " + std::to_string(state.size()) +
+                        " children but meta_state names " + std::to_string(names.size()) +
+                        " classes and " + std::to_string(metas.size()) + " metas");
   }
-  if (state.size() > kMaxChildren) return Bad("too many children");
+  if (state.size() > kMaxChildren) return BadCacheList("too many children");
   std::vector<std::shared_ptr<Cache>> children;
   for (size_t i = 0; i < state.size(); ++i) {
-    if (!names[i].is_string()) return Bad("class name " + std::to_string(i) + " is not a string");
+    if (!names[i].is_string())
+      return BadCacheList("class name " + std::to_string(i) + " is not a string");
     Result<std::unique_ptr<Cache>> child = CacheFromState(names[i].str(), state[i], metas[i]);
     if (!child.ok()) return child.status().WithPrefix("CacheList child " + std::to_string(i));
     children.push_back(std::shared_ptr<Cache>(std::move(child).value()));
@@ -164,7 +167,7 @@ bool CacheList::IsTrimmable() const {
 }
 
 Result<int64_t> CacheList::Trim(int64_t n) {
-  if (children_.empty()) return Bad("trim of a CacheList without children");
+  if (children_.empty()) return BadCacheList("trim of a CacheList without children");
   int64_t last = 0;
   KV_RETURN_IF_ERROR(ForEachChild(children_, [&](Cache& c, size_t, bool) {
     Result<int64_t> trimmed = c.Trim(n);
@@ -190,7 +193,7 @@ Status CacheList::Filter(std::span<const int64_t> batch_indices) {
 Status CacheList::Extend(Cache& other_cache) {
   auto* other = dynamic_cast<CacheList*>(&other_cache);
   if (other == nullptr || other->children_.size() != children_.size()) {
-    return Bad("extend needs a CacheList with as many children");
+    return BadCacheList("extend needs a CacheList with as many children");
   }
   return ForEachChild(children_, [&](Cache& c, size_t i, bool probe) {
     Cache& theirs = *other->children_[i];
@@ -210,14 +213,14 @@ Result<std::unique_ptr<Cache>> CacheList::Extract(int64_t index) const {
 }
 
 Result<std::unique_ptr<CacheList>> CacheList::Merge(std::span<const Cache* const> caches) {
-  if (caches.empty()) return Bad("merge of no caches");
+  if (caches.empty()) return BadCacheList("merge of no caches");
   KV_ASSIGN_OR_RETURN(std::vector<const CacheList*> lists,
                       Downcast<CacheList>("CacheList", "CacheList", caches));
   std::vector<std::shared_ptr<Cache>> merged;
   for (size_t i = 0; i < lists[0]->children_.size(); ++i) {
     std::vector<const Cache*> group;
     for (const CacheList* l : lists) {
-      if (i >= l->children_.size()) return Bad("merge: child counts differ");
+      if (i >= l->children_.size()) return BadCacheList("merge: child counts differ");
       group.push_back(l->children_[i].get());
     }
     KV_ASSIGN_OR_RETURN(std::unique_ptr<Cache> m, MergeLike(*lists[0]->children_[i], group));

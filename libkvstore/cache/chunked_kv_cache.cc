@@ -12,7 +12,7 @@
 namespace kvstore {
 
 namespace {
-constexpr std::string_view kName = "ChunkedKVCache";
+constexpr std::string_view kChunkedName = "ChunkedKVCache";
 }  // namespace
 
 ChunkedKVCache::ChunkedKVCache(std::optional<int64_t> chunk_size)
@@ -38,16 +38,16 @@ Status ChunkedKVCache::MaybeTrimFront() {
 }
 
 Result<KeysValues> ChunkedKVCache::UpdateAndFetch(const Array& keys, const Array& values) {
-  KV_RETURN_IF_ERROR(buffers_->WriteGrowing(kName, offset_ - start_position_, keys, values));
+  KV_RETURN_IF_ERROR(buffers_->WriteGrowing(kChunkedName, offset_ - start_position_, keys, values));
   offset_ += keys.dim(2);
   return buffers_->Fetch(offset_ - start_position_);
 }
 
 // Upstream slices with the absolute offset (lossy once start_position > 0).
-Result<CacheState> ChunkedKVCache::State() const { return buffers_->State(kName, offset_); }
+Result<CacheState> ChunkedKVCache::State() const { return buffers_->State(kChunkedName, offset_); }
 
 Status ChunkedKVCache::SetState(const CacheState& state) {
-  KV_RETURN_IF_ERROR(buffers_->Restore(kName, state));
+  KV_RETURN_IF_ERROR(buffers_->Restore(kChunkedName, state));
   offset_ = buffers_->rows();
   return Status::OK();
 }
@@ -59,7 +59,7 @@ MetaState ChunkedKVCache::meta_state() const {
 
 Status ChunkedKVCache::SetMetaState(const MetaState& meta) {
   KV_ASSIGN_OR_RETURN(std::vector<int64_t> v,
-                      ParseMetaInts(kName, meta, {"chunk_size", "start_position"}));
+                      ParseMetaInts(kChunkedName, meta, {"chunk_size", "start_position"}));
   const int64_t chunk = v[0], start = v[1];
   if (chunk < 1 || start < 0) {
     return Status::InvalidArgument(
@@ -73,7 +73,7 @@ Status ChunkedKVCache::SetMetaState(const MetaState& meta) {
 Result<int64_t> ChunkedKVCache::Nbytes() const { return buffers_->nbytes(); }
 
 Result<int64_t> ChunkedKVCache::Trim(int64_t n) {
-  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kName, n, offset_ - start_position_));
+  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kChunkedName, n, offset_ - start_position_));
   offset_ -= trimmed;
   return trimmed;
 }

@@ -10,7 +10,7 @@
 namespace kvstore {
 
 namespace {
-constexpr std::string_view kName = "QuantizedKVCache";
+constexpr std::string_view kQuantizedName = "QuantizedKVCache";
 
 std::array<Array, 3> Parts(const QuantizedArray& q) { return {q.packed, q.scales, q.biases}; }
 
@@ -94,7 +94,7 @@ bool QuantizedKVCache::Empty() const { return buffers_ == nullptr; }
 // buffers replaced and written, so a failed update changes nothing.
 Result<QuantizedKeysValues> QuantizedKVCache::UpdateAndFetchQuantized(const Array& keys,
                                                                       const Array& values) {
-  KV_RETURN_IF_ERROR(CheckKeysValuesUpdate(kName, keys, values));
+  KV_RETURN_IF_ERROR(CheckKeysValuesUpdate(kQuantizedName, keys, values));
   if (!IsSupportedQuantization(bits_, group_size_)) {
     return Status::InvalidArgument("QuantizedKVCache: unsupported bits " + std::to_string(bits_) +
                                    " / group size " + std::to_string(group_size_));
@@ -202,7 +202,7 @@ MetaState QuantizedKVCache::meta_state() const {
 
 Status QuantizedKVCache::SetMetaState(const MetaState& meta) {
   KV_ASSIGN_OR_RETURN(std::vector<int64_t> v,
-                      ParseMetaInts(kName, meta, {"offset", "group_size", "bits"}));
+                      ParseMetaInts(kQuantizedName, meta, {"offset", "group_size", "bits"}));
   const int64_t offset = v[0], group_size = v[1], bits = v[2];
   // Range first: the casts below must not truncate a hostile value into a valid one.
   if (bits < 1 || bits > 8 || group_size < 1 || group_size > 128 ||
@@ -256,7 +256,7 @@ Result<int64_t> QuantizedKVCache::Nbytes() const {
 }
 
 Result<int64_t> QuantizedKVCache::Trim(int64_t n) {
-  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kName, n, offset_));
+  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kQuantizedName, n, offset_));
   offset_ -= trimmed;
   return trimmed;
 }

@@ -12,7 +12,7 @@
 namespace kvstore {
 
 namespace {
-constexpr std::string_view kName = "RotatingKVCache";
+constexpr std::string_view kRotatingName = "RotatingKVCache";
 }  // namespace
 
 RotatingKVCache::RotatingKVCache(int64_t max_size, int64_t keep)
@@ -30,7 +30,7 @@ bool RotatingKVCache::Empty() const { return buffers_->empty(); }
 int64_t RotatingKVCache::Size() const { return std::min(offset_, max_size_); }
 
 Result<KeysValues> RotatingKVCache::UpdateAndFetch(const Array& keys, const Array& values) {
-  KV_RETURN_IF_ERROR(buffers_->CheckUpdate(kName, keys, values));
+  KV_RETURN_IF_ERROR(buffers_->CheckUpdate(kRotatingName, keys, values));
   const int64_t s = keys.dim(2);
   if (s != 1) {
     // Concat path: the buffer in temporal order, oldest non-kept rows
@@ -49,7 +49,7 @@ Result<KeysValues> RotatingKVCache::UpdateAndFetch(const Array& keys, const Arra
   }
   // In-place path (one token): keys[..., idx:idx+1, :] = keys, where a write
   // past the end (keep == max_size) is dropped, as upstream.
-  KV_ASSIGN_OR_RETURN(RotatingSlot slot, PlanInPlaceWrite(kName, *buffers_, offset_, idx_,
+  KV_ASSIGN_OR_RETURN(RotatingSlot slot, PlanInPlaceWrite(kRotatingName, *buffers_, offset_, idx_,
                                                           max_size_, keep_, keys, values));
   if (slot.replaced) buffers_->Reset(slot.keys, slot.values);
   idx_ = slot.idx == max_size_ ? keep_ : slot.idx;
@@ -59,11 +59,13 @@ Result<KeysValues> RotatingKVCache::UpdateAndFetch(const Array& keys, const Arra
   return FetchWindow(*buffers_, offset_, max_size_);
 }
 
-Result<CacheState> RotatingKVCache::State() const { return buffers_->State(kName, offset_); }
+Result<CacheState> RotatingKVCache::State() const {
+  return buffers_->State(kRotatingName, offset_);
+}
 
 // Only the buffers: offset and _idx come with the meta_state, as upstream.
 Status RotatingKVCache::SetState(const CacheState& state) {
-  return buffers_->Restore(kName, state);
+  return buffers_->Restore(kRotatingName, state);
 }
 
 MetaState RotatingKVCache::meta_state() const {
@@ -73,7 +75,7 @@ MetaState RotatingKVCache::meta_state() const {
 
 Status RotatingKVCache::SetMetaState(const MetaState& meta) {
   KV_ASSIGN_OR_RETURN(std::vector<int64_t> v,
-                      ParseMetaInts(kName, meta, {"keep", "max_size", "offset", "_idx"}));
+                      ParseMetaInts(kRotatingName, meta, {"keep", "max_size", "offset", "_idx"}));
   const int64_t keep = v[0], max_size = v[1], offset = v[2], idx = v[3];
   if (max_size < 1 || keep < 0 || keep > max_size) {
     return Status::InvalidArgument(
@@ -118,7 +120,7 @@ Status RotatingKVCache::CheckSavedState() const {
 Result<int64_t> RotatingKVCache::Nbytes() const { return buffers_->nbytes(); }
 
 Result<int64_t> RotatingKVCache::Trim(int64_t n) {
-  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kName, n, offset_));
+  KV_ASSIGN_OR_RETURN(int64_t trimmed, TrimCount(kRotatingName, n, offset_));
   offset_ -= trimmed;
   idx_ -= trimmed;  // unguarded after a wrap, as upstream
   return trimmed;
