@@ -189,7 +189,8 @@ int Report::Print(int threads, int processes) {
   }
   std::printf("mismatches: %lld\n", L(c.mismatches));
   std::printf("corrupt_served: %lld\n", L(c.corrupt_served));
-  return c.mismatches == 0 && c.corrupt_served == 0 && c.errors == 0 ? 0 : 1;
+  std::printf("cross_tenant_hits: %lld\n", L(c.cross_tenant_hits));
+  return c.mismatches == 0 && c.corrupt_served == 0 && c.errors == 0 && c.cross_tenant_hits == 0 ? 0 : 1;
 }
 
 }  // namespace sim
