@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   // The summary, then the metrics file: a run that cannot write it fails.
   auto finish = [&] {
     const int status = report.Print(o.threads, o.processes);
-    if (!o.metrics_file.empty() && !report.metrics().Write(o.metrics_file)) return 2;
+    if (!o.metrics_file.empty() && !report.metrics().Write(o.metrics_file, report.SimSamples())) return 2;
     return status;
   };
   if (o.redis_url.empty()) {

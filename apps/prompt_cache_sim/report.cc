@@ -153,6 +153,13 @@ bool Report::AddWorkerOutput(std::string_view output) {
   return reported;
 }
 
+std::string Report::SimSamples() const {
+  return "# HELP prompt_cache_sim_cross_tenant_hits Reused caches holding rows another tenant wrote (must be 0).\n"
+         "# TYPE prompt_cache_sim_cross_tenant_hits gauge\n"
+         "prompt_cache_sim_cross_tenant_hits " +
+         std::to_string(counters_.cross_tenant_hits) + "\n";
+}
+
 int Report::Print(int threads, int processes) {
   Counters& c = counters_;
   std::sort(c.latency_us.begin(), c.latency_us.end());

@@ -58,16 +58,19 @@ if [[ $mode == short ]]; then
   # Three tenants over three servers with disk and shared tiers: each tenant
   # reuses its own prefixes, never another's, and no salt is written anywhere.
   tenants=(--threads 2 --requests 300 --seed 1 --processes 3 --chunk-tokens 16 --tenants 3)
-  "$sim" "${tenants[@]}" --store "$dir/tenants" > "$dir/tenants.out" 2>&1 ||
+  "$sim" "${tenants[@]}" --store "$dir/tenants" --metrics "$dir/tenants.prom" > "$dir/tenants.out" 2>&1 ||
     fail "tenants run exited non-zero: $(cat "$dir/tenants.out")"
   check "$dir/tenants.out"
+  [[ $(metric "$dir/tenants.prom" prompt_cache_sim_cross_tenant_hits) == 0 ]] || fail "metrics: $(tail -3 "$dir/tenants.prom")"
   grep -Eq '^shared_hits: [1-9][0-9]* tokens ' "$dir/tenants.out" || fail "no shared hits: $(cat "$dir/tenants.out")"
   grep -Eq '^hit_rate: [1-9]' "$dir/tenants.out" || fail "no hits: $(cat "$dir/tenants.out")"
   ! grep -rqF 'prompt_cache_sim tenant' "$dir/tenants" "$dir/tenants.out" || fail "a tenant salt was written"
   # The same tenants without salts share prefixes: the check sees it and the run fails.
-  "$sim" "${tenants[@]}" --unsalted-tenants > "$dir/unsalted.out" 2>&1; rc=$?
+  "$sim" "${tenants[@]}" --unsalted-tenants --metrics "$dir/unsalted.prom" > "$dir/unsalted.out" 2>&1; rc=$?
   [[ $rc == 1 ]] && grep -Eq '^cross_tenant_hits: [1-9]' "$dir/unsalted.out" ||
     fail "unsalted tenants (exit $rc): $(cat "$dir/unsalted.out")"
+  [[ $(metric "$dir/unsalted.prom" prompt_cache_sim_cross_tenant_hits) == \
+     $(sed -n 's/^cross_tenant_hits: //p' "$dir/unsalted.out") ]] || fail "metrics: $(tail -3 "$dir/unsalted.prom")"
   if ((failures)); then echo "$failures failures"; exit 1; fi
   echo "prompt_cache_sim short run passed"
   exit 0
