@@ -34,7 +34,9 @@
 //
 // Every persistent tier is keyed by the model fingerprint
 // (kvstore/model_fingerprint.h): no fetch returns a cache made for another
-// model or configuration. Every count lands in metrics()
+// model or configuration. Every tier is also keyed by the request's tenant
+// salt, when it has one (PromptScope::tenant): no fetch returns a prefix
+// another tenant, or a request without a salt, inserted. Every count lands in metrics()
 // (kvstore/prompt_cache_metrics.h).
 //
 // Thread safety: every member may be called from many threads. The lock is
