@@ -62,7 +62,6 @@ if [[ $mode == short ]]; then
     fail "tenants run exited non-zero: $(cat "$dir/tenants.out")"
   check "$dir/tenants.out"
   [[ $(metric "$dir/tenants.prom" prompt_cache_sim_cross_tenant_hits) == 0 ]] || fail "metrics: $(tail -3 "$dir/tenants.prom")"
-  grep -Eq '^shared_hits: [1-9][0-9]* tokens ' "$dir/tenants.out" || fail "no shared hits: $(cat "$dir/tenants.out")"
   grep -Eq '^hit_rate: [1-9]' "$dir/tenants.out" || fail "no hits: $(cat "$dir/tenants.out")"
   ! grep -rqF 'prompt_cache_sim tenant' "$dir/tenants" "$dir/tenants.out" || fail "a tenant salt was written"
   # The same tenants without salts share prefixes: the check sees it and the run fails.
