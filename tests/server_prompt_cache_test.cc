@@ -15,17 +15,8 @@ using testing::Iota;
 using testing::Tokens;
 using testing::TrimmedTo;
 
-PromptCache Prompt(int64_t tokens, uint64_t seed) {
-  auto kv = std::make_shared<KVCache>();
-  Array k = testing::RandomArray(DType::kF16, {1, 1, tokens, 8}, seed);
-  EXPECT_OK(kv->UpdateAndFetch(k, k));
-  return {kv};
-}
-
-const ModelFingerprint& Model() {
-  static const ModelFingerprint fp = testing::FingerprintOf(Prompt(1, 0), "m");
-  return fp;
-}
+PromptCache Prompt(int64_t tokens, uint64_t seed) { return testing::OneLayerPrompt(tokens, seed); }
+const ModelFingerprint& Model() { return testing::OneLayerModel(); }
 
 TEST(ServerPromptCacheTest, ServesTheLongestPrefixIncludingOneToken) {
   ServerPromptCache cache({});

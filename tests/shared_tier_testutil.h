@@ -14,6 +14,7 @@
 
 #include "kvstore/cache_list.h"
 #include "kvstore/kv_backend.h"
+#include "kvstore/kv_cache.h"
 #include "kvstore/prompt_cache.h"
 #include "kvstore/quantized_kv_cache.h"
 #include "kvstore/shared_prompt_cache.h"
@@ -100,6 +101,19 @@ inline ModelFingerprint FingerprintOf(const PromptCache& cache, const std::strin
   Result<ModelFingerprint> fp = ModelFingerprint::Of(model, cache);
   EXPECT_TRUE(fp.ok()) << fp.status().ToString();
   return std::move(fp).value();
+}
+
+// A one-layer cache of `tokens` random F16 rows (keys = values), and the
+// fingerprint of such caches under the model id "m".
+inline PromptCache OneLayerPrompt(int64_t tokens, uint64_t seed) {
+  auto kv = std::make_shared<KVCache>();
+  Array k = RandomArray(DType::kF16, {1, 1, tokens, 8}, seed);
+  EXPECT_TRUE(kv->UpdateAndFetch(k, k).ok());
+  return {kv};
+}
+inline const ModelFingerprint& OneLayerModel() {
+  static const ModelFingerprint fp = FingerprintOf(OneLayerPrompt(1, 0), "m");
+  return fp;
 }
 
 // A KvBackend over another that can fail every call, hold every call until

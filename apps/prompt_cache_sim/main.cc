@@ -14,7 +14,9 @@
 // Ends with "hit_rate: X%", "shared_hits: N tokens" (tokens reused from chunks
 // another server wrote), "dedup: X" (bytes the shared tier stored / tensor
 // bytes of the same inserts as whole files), "mismatches: N" and
-// "corrupt_served: N"; exits non-zero on any mismatch or error. With
+// "corrupt_served: N" and "cross_tenant_hits: N" (--tenants: hits whose rows
+// another tenant wrote; each tenant's K/V differ, so they are told apart by
+// their bytes); exits non-zero on any mismatch, cross-tenant hit or error. With
 // --metrics FILE, the servers' counters, summed, are written to FILE in the
 // Prometheus text format once the run ends.
 #include <CLI/CLI.hpp>
@@ -49,8 +51,21 @@ struct Options {
   size_t insert_queue = 256;
   std::string secret, secret_file;
   std::string metrics_file;
+  bool unsalted_tenants = false;  // tests: tenants without salts, to show the check catches sharing
   sim::WorkloadOptions workload;
 };
+
+// Tenant k's salt: the same in every server process of a run, never printed.
+std::vector<kvstore::TenantSalt> TenantSalts(const Options& o) {
+  std::vector<kvstore::TenantSalt> salts;
+  if (o.unsalted_tenants) return salts;
+  for (int k = 0; k < o.workload.tenants; ++k) {
+    salts.push_back(kvstore::TenantSalt::Make("prompt_cache_sim tenant " + std::to_string(k) + " seed " +
+                                              std::to_string(o.seed))
+                        .value());
+  }
+  return salts;
+}
 
 void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "request threads per server");
@@ -88,6 +103,10 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--layers", w.layers, "layers")->check(CLI::PositiveNumber);
   app.add_option("--heads", w.heads, "KV heads")->check(CLI::PositiveNumber);
   app.add_option("--dim", w.dim, "head dim")->check(CLI::PositiveNumber);
+  app.add_option("--tenants", w.tenants,
+                 "tenants: each conversation gets one of N tenant salts; reports cross_tenant_hits")
+      ->check(CLI::Range(0, 1000));
+  app.add_flag("--unsalted-tenants", o.unsalted_tenants, "internal: tenants without salts")->group("");
 }
 
 // Prints "prompt_cache_sim: <status>" on stderr with the credentials of any
@@ -112,7 +131,8 @@ bool RunServers(const Options& o, kvstore::KvBackend* backend, int first, int co
                          .requests = o.requests / o.processes + (i < o.requests % o.processes ? 1 : 0),
                          .seconds = o.seconds,
                          .seed = o.seed + static_cast<uint64_t>(i) * 7919,
-                         .cache = {.max_entries = o.max_entries, .max_bytes = o.mem_bytes}};
+                         .cache = {.max_entries = o.max_entries, .max_bytes = o.mem_bytes},
+                         .salts = TenantSalts(o)};
     if (!o.store_dir.empty()) {
       const std::string dir = o.processes == 1 ? o.store_dir : o.store_dir + "/server-" + std::to_string(i);
       auto store = report.OpenStore(dir, o.disk_bytes);
@@ -172,7 +192,7 @@ int main(int argc, char** argv) {
   // The summary, then the metrics file: a run that cannot write it fails.
   auto finish = [&] {
     const int status = report.Print(o.threads, o.processes);
-    if (!o.metrics_file.empty() && !report.metrics().Write(o.metrics_file)) return 2;
+    if (!o.metrics_file.empty() && !report.metrics().Write(o.metrics_file, report.SimSamples())) return 2;
     return status;
   };
   if (o.redis_url.empty()) {

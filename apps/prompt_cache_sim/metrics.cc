@@ -63,11 +63,11 @@ std::optional<std::string> SimMetrics::Text() const {
   return sum;
 }
 
-bool SimMetrics::Write(const std::string& path) const {
+bool SimMetrics::Write(const std::string& path, std::string_view sim_samples) const {
   const std::optional<std::string> text = Text();
   if (!text) return false;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << *text;
+  out << *text << sim_samples;
   out.close();
   if (!out) {
     std::fprintf(stderr, "prompt_cache_sim: cannot write the metrics to %s\n", path.c_str());

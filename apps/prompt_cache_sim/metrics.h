@@ -23,8 +23,9 @@ class SimMetrics {
   // The exposition of everything added; nullopt (after printing why) when
   // the workers' expositions do not line up.
   std::optional<std::string> Text() const;
-  // Writes Text() to `path`; false after printing why it could not.
-  bool Write(const std::string& path) const;
+  // Writes Text(), then `sim_samples` (the simulator's own families), to
+  // `path`; false after printing why it could not.
+  bool Write(const std::string& path, std::string_view sim_samples = {}) const;
 
  private:
   kvstore::PromptCacheMetrics local_;

@@ -153,6 +153,13 @@ bool Report::AddWorkerOutput(std::string_view output) {
   return reported;
 }
 
+std::string Report::SimSamples() const {
+  return "# HELP prompt_cache_sim_cross_tenant_hits Reused caches holding rows another tenant wrote (must be 0).\n"
+         "# TYPE prompt_cache_sim_cross_tenant_hits gauge\n"
+         "prompt_cache_sim_cross_tenant_hits " +
+         std::to_string(counters_.cross_tenant_hits) + "\n";
+}
+
 int Report::Print(int threads, int processes) {
   Counters& c = counters_;
   std::sort(c.latency_us.begin(), c.latency_us.end());
@@ -189,7 +196,8 @@ int Report::Print(int threads, int processes) {
   }
   std::printf("mismatches: %lld\n", L(c.mismatches));
   std::printf("corrupt_served: %lld\n", L(c.corrupt_served));
-  return c.mismatches == 0 && c.corrupt_served == 0 && c.errors == 0 ? 0 : 1;
+  std::printf("cross_tenant_hits: %lld\n", L(c.cross_tenant_hits));
+  return c.mismatches == 0 && c.corrupt_served == 0 && c.errors == 0 && c.cross_tenant_hits == 0 ? 0 : 1;
 }
 
 }  // namespace sim

@@ -35,6 +35,9 @@ class Report {
   bool AddWorkerOutput(std::string_view output);
   // Every server's counters (--metrics).
   const SimMetrics& metrics() const { return metrics_; }
+  // The simulator's own checks in the Prometheus text format, for the
+  // --metrics file: prompt_cache_sim_cross_tenant_hits.
+  std::string SimSamples() const;
 
  private:
   Counters counters_;

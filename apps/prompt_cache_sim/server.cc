@@ -50,13 +50,30 @@ void SimServer::Insert(const Request& r, const kvstore::PromptCache& layers, int
     if (FirstInsert(std::span(r.tokens).first(static_cast<size_t>(b)))) c.whole_file_bytes += TensorBytes(cp.cache);
     checkpoints.push_back(std::move(cp));
   }
-  if (!cache_.Insert(model_, r.tokens, layers, checkpoints).ok()) c.errors++;
+  if (!cache_.Insert(ScopeOf(r), r.tokens, layers, {.checkpoints = checkpoints}).ok()) c.errors++;
+}
+
+kvstore::PromptScope SimServer::ScopeOf(const Request& r) const {
+  kvstore::PromptScope scope{model_.digest().ToHex(), model_};
+  if (r.tenant >= 0 && !options_.salts.empty()) scope.tenant = options_.salts[static_cast<size_t>(r.tenant)];
+  return scope;
+}
+
+// Some row is another tenant's (a cache one tenant extended from another's
+// prefix holds rows of both).
+bool SimServer::AnotherTenants(const kvstore::PromptCache& cache, const Request& r, int64_t n) const {
+  for (int64_t row = 0; row < n; ++row) {
+    for (int t = -1; t < workload_.options().tenants; ++t) {
+      if (t != r.tenant && workload_.RowsMatch(cache, r.tokens, row, row + 1, t)) return true;
+    }
+  }
+  return false;
 }
 
 void SimServer::Serve(std::mt19937_64& rng, Counters& c) {
   const Request r = workload_.Next(rng);
   const auto t0 = std::chrono::steady_clock::now();
-  auto hit = cache_.Fetch(model_, r.tokens);
+  auto hit = cache_.Fetch(ScopeOf(r), r.tokens);
   c.latency_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   c.requests++;
   c.tokens += static_cast<int64_t>(r.tokens.size());
@@ -72,8 +89,12 @@ void SimServer::Serve(std::mt19937_64& rng, Counters& c) {
     if ((*hit)->tier == kvstore::PromptCacheTier::kShared) c.shared_tier_hits++;
     reused = (*hit)->reused;
     layers = std::move((*hit)->cache);
-    // Every reused row must equal a fresh computation.
-    if (!workload_.Matches(layers, r.tokens, reused)) {
+    // Every reused row must equal a fresh computation for this tenant.
+    if (!workload_.Matches(layers, r.tokens, reused, r.tenant)) {
+      if (AnotherTenants(layers, r, reused)) {
+        c.cross_tenant_hits++;
+        return;
+      }
       c.mismatches++;
       if ((*hit)->tier != kvstore::PromptCacheTier::kMemory) c.corrupt_served++;
       return;
@@ -83,7 +104,7 @@ void SimServer::Serve(std::mt19937_64& rng, Counters& c) {
   } else {
     for (int64_t l = 0; l < workload_.options().layers; ++l) layers.push_back(std::make_shared<kvstore::KVCache>());
   }
-  if (!workload_.Extend(layers, r.tokens, reused, static_cast<int64_t>(r.tokens.size()))) {
+  if (!workload_.Extend(layers, r.tokens, reused, static_cast<int64_t>(r.tokens.size()), r.tenant)) {
     c.errors++;
     return;
   }

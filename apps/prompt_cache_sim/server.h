@@ -22,6 +22,7 @@ struct Counters {
   int64_t requests = 0, hits = 0, disk_hits = 0, shared_tier_hits = 0, reused = 0, tokens = 0;
   int64_t shared_hits = 0;  // reused tokens from chunks another server wrote
   int64_t mismatches = 0, corrupt_served = 0, errors = 0;
+  int64_t cross_tenant_hits = 0;  // hits whose rows are another tenant's (--tenants)
   int64_t whole_file_bytes = 0;  // what the inserts take as whole files (tensors of each distinct key)
   std::vector<double> latency_us;
   void Add(const Counters& other);
@@ -34,7 +35,7 @@ inline constexpr std::pair<const char*, int64_t Counters::*> kCounterFields[] = 
     {"reused", &Counters::reused},         {"tokens", &Counters::tokens},
     {"shared_hits", &Counters::shared_hits}, {"mismatches", &Counters::mismatches},
     {"corrupt_served", &Counters::corrupt_served}, {"errors", &Counters::errors},
-    {"whole_file_bytes", &Counters::whole_file_bytes}};
+    {"whole_file_bytes", &Counters::whole_file_bytes}, {"cross_tenant_hits", &Counters::cross_tenant_hits}};
 
 struct ServerOptions {
   int threads = 2;
@@ -42,6 +43,9 @@ struct ServerOptions {
   double seconds = 0;  // > 0: stop taking requests after this long
   uint64_t seed = 1;  // request order of this server
   kvstore::ServerPromptCacheOptions cache;
+  // A salt per tenant (WorkloadOptions::tenants); empty: requests carry
+  // none, and tenants share prefixes (what the cross-tenant check catches).
+  std::vector<kvstore::TenantSalt> salts;
 };
 
 class SimServer {
@@ -55,6 +59,9 @@ class SimServer {
  private:
   void Serve(std::mt19937_64& rng, Counters& c);
   void Insert(const Request& r, const kvstore::PromptCache& layers, int64_t reused, Counters& c);
+  kvstore::PromptScope ScopeOf(const Request& r) const;
+  // Whether any of `cache`'s first n rows is that of a tenant other than r's.
+  bool AnotherTenants(const kvstore::PromptCache& cache, const Request& r, int64_t n) const;
 
   const Workload& workload_;
   const kvstore::ModelFingerprint model_;

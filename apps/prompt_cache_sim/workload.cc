@@ -14,8 +14,11 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 33);
 }
 
-std::vector<uint64_t> PrefixHashes(const std::vector<int32_t>& tokens, int64_t n) {
-  std::vector<uint64_t> h(static_cast<size_t>(n) + 1, 0x9e3779b97f4a7c15ull);
+// Each tenant's K/V differ (a sim's stand-in for "written by that tenant"),
+// so a row served across tenants is recognised by its bytes.
+std::vector<uint64_t> PrefixHashes(const std::vector<int32_t>& tokens, int64_t n, int tenant) {
+  const uint64_t seed = tenant < 0 ? 0 : Mix(0x7e4a17ull + static_cast<uint64_t>(tenant));
+  std::vector<uint64_t> h(static_cast<size_t>(n) + 1, 0x9e3779b97f4a7c15ull ^ seed);
   for (int64_t i = 0; i < n; ++i) h[i + 1] = Mix(h[i] ^ static_cast<uint32_t>(tokens[i]));
   return h;
 }
@@ -43,6 +46,8 @@ Workload::Workload(const WorkloadOptions& options) : options_(options) {
 Request Workload::Next(std::mt19937_64& rng) const {
   Request r;
   const size_t c = rng() % turns_.size();
+  // Conversations on one system prompt go to different tenants, who would share it without salts.
+  if (options_.tenants > 0) r.tenant = static_cast<int>(c / systems_.size() % static_cast<size_t>(options_.tenants));
   r.tokens = systems_[c % systems_.size()];
   r.boundaries.push_back(static_cast<int64_t>(r.tokens.size()));
   const size_t depth = rng() % (turns_[c].size() + 1);
@@ -73,10 +78,10 @@ kvstore::Array Workload::Rows(const std::vector<int32_t>& tokens, const std::vec
   return kvstore::Array::FromValues<uint16_t>(kvstore::DType::kF16, {1, options_.heads, to - from, options_.dim}, v);
 }
 
-bool Workload::Extend(kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t from,
-                      int64_t to) const {
+bool Workload::Extend(kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t from, int64_t to,
+                      int tenant) const {
   if (from >= to) return true;
-  const std::vector<uint64_t> prefix = PrefixHashes(tokens, to);
+  const std::vector<uint64_t> prefix = PrefixHashes(tokens, to, tenant);
   for (int64_t l = 0; l < options_.layers; ++l) {
     if (!cache[l]->UpdateAndFetch(Rows(tokens, prefix, l, from, to, false), Rows(tokens, prefix, l, from, to, true))
              .ok()) {
@@ -93,15 +98,24 @@ kvstore::PromptCache Workload::Prefill(const std::vector<int32_t>& tokens) const
   return cache;
 }
 
-bool Workload::Matches(const kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t n) const {
+bool Workload::Matches(const kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t n,
+                       int tenant) const {
+  for (const auto& layer : cache) {
+    if (layer->offset().value_or(-1) != n) return false;
+  }
+  return RowsMatch(cache, tokens, 0, n, tenant);
+}
+
+bool Workload::RowsMatch(const kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t from,
+                         int64_t to, int tenant) const {
   if (static_cast<int64_t>(cache.size()) != options_.layers) return false;
-  const std::vector<uint64_t> prefix = PrefixHashes(tokens, n);
+  const std::vector<uint64_t> prefix = PrefixHashes(tokens, to, tenant);
   for (int64_t l = 0; l < options_.layers; ++l) {
-    if (cache[l]->offset().value_or(-1) != n) return false;
+    if (cache[l]->offset().value_or(-1) < to) return false;
     auto state = cache[l]->State();
     if (!state.ok()) return false;
-    if (!(*state)[0].array().Slice(2, 0, n).ContentEquals(Rows(tokens, prefix, l, 0, n, false)) ||
-        !(*state)[1].array().Slice(2, 0, n).ContentEquals(Rows(tokens, prefix, l, 0, n, true))) {
+    if (!(*state)[0].array().Slice(2, from, to).ContentEquals(Rows(tokens, prefix, l, from, to, false)) ||
+        !(*state)[1].array().Slice(2, from, to).ContentEquals(Rows(tokens, prefix, l, from, to, true))) {
       return false;
     }
   }

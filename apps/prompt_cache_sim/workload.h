@@ -25,11 +25,13 @@ struct WorkloadOptions {
   int tail_tokens = 16;        // the new message: up to this many random tokens
   int64_t layers = 4, heads = 2, dim = 16;
   uint64_t seed = 1;
+  int tenants = 0;             // > 0: conversation c belongs to tenant (c / systems) % tenants
 };
 
 struct Request {
   std::vector<int32_t> tokens;
   std::vector<int64_t> boundaries;  // end of the system prompt and of each turn
+  int tenant = -1;                  // none
 };
 
 class Workload {
@@ -40,12 +42,19 @@ class Workload {
   // A request: a conversation, a path through its turn tree, a new message.
   Request Next(std::mt19937_64& rng) const;
 
+  // The K/V of a tenant's tokens depend on the tenant (-1: none), so that a
+  // cache served to another tenant is told apart by its bytes.
   // A fresh cache of `layers` KVCaches holding tokens [0, n).
   kvstore::PromptCache Prefill(const std::vector<int32_t>& tokens) const;
   // Appends tokens [from, to) to every layer. False on an error.
-  bool Extend(kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t from, int64_t to) const;
-  // Whether `cache` holds exactly the K/V of tokens [0, n), bit for bit.
-  bool Matches(const kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t n) const;
+  bool Extend(kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t from, int64_t to,
+              int tenant = -1) const;
+  // Whether `cache` holds exactly the K/V of the tenant's tokens [0, n), bit for bit.
+  bool Matches(const kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t n,
+               int tenant = -1) const;
+  // Whether rows [from, to) of `cache` are the tenant's, bit for bit.
+  bool RowsMatch(const kvstore::PromptCache& cache, const std::vector<int32_t>& tokens, int64_t from, int64_t to,
+                 int tenant) const;
 
  private:
   // K or V rows [from, to) of a layer: [1, heads, to - from, dim] F16.

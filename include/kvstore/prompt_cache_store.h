@@ -63,6 +63,7 @@
 #include "kvstore/env.h"
 #include "kvstore/model_fingerprint.h"
 #include "kvstore/status.h"
+#include "kvstore/tenant_salt.h"
 
 namespace kvstore {
 
@@ -117,9 +118,11 @@ class PromptCacheStore {
   // tokens.size() (a RotatingKVCache counts every token it has seen; the
   // snapshot layers ArraysCache and MambaCache have no offset and are exempt).
   Status Put(const std::string& model, std::span<const int32_t> tokens, const PromptCache& cache);
-  // The same under the key model.model_id(), recording `model`;
-  // InvalidArgument when the cache does not match it.
-  Status Put(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache);
+  // The same under the key model.model_id() (with `tenant`:
+  // SaltedStoreModelKey of it, so only fetches of that tenant find it),
+  // recording `model`; InvalidArgument when the cache does not match it.
+  Status Put(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
+             const TenantSalt* tenant = nullptr);
 
   struct Hit {
     PromptCache cache;
@@ -138,8 +141,10 @@ class PromptCacheStore {
   // this fingerprint; an entry that records another one (or none) is
   // refused before its tensors are read (counted, kept), and the loaded
   // layers are checked against the fingerprint too (a mismatch is dropped
-  // like a file holding another key).
-  Result<std::optional<Hit>> FetchLongestPrefix(const ModelFingerprint& model, std::span<const int32_t> tokens);
+  // like a file holding another key). With `tenant`, only that tenant's
+  // entries (Put with the same tenant) are looked up.
+  Result<std::optional<Hit>> FetchLongestPrefix(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                                const TenantSalt* tenant = nullptr);
 
   int64_t entries() const;
   int64_t bytes() const;

@@ -34,7 +34,9 @@
 //
 // Every persistent tier is keyed by the model fingerprint
 // (kvstore/model_fingerprint.h): no fetch returns a cache made for another
-// model or configuration. Every count lands in metrics()
+// model or configuration. Every tier is also keyed by the request's tenant
+// salt, when it has one (PromptScope::tenant): no fetch returns a prefix
+// another tenant, or a request without a salt, inserted. Every count lands in metrics()
 // (kvstore/prompt_cache_metrics.h).
 //
 // Thread safety: every member may be called from many threads. The lock is
@@ -60,6 +62,7 @@
 #include "kvstore/prompt_cache_metrics.h"
 #include "kvstore/prompt_cache_store.h"
 #include "kvstore/shared_prompt_cache.h"
+#include "kvstore/tenant_salt.h"
 
 namespace kvstore {
 
@@ -106,6 +109,11 @@ struct PromptScope {
   std::string memory_key{};  // the memory tier's key for the model
   // The persistent tiers' key; none: the call uses memory only.
   std::optional<ModelFingerprint> model{};
+  // The request's tenant (vLLM's cache_salt): it enters the keys of every
+  // tier (kvstore/tenant_salt.h), so requests of different tenants, or a
+  // tenant and requests without one, never share a prefix. None: the keys
+  // of requests without a salt.
+  std::optional<TenantSalt> tenant{};
 };
 
 struct PromptInsertOptions {
@@ -196,6 +204,7 @@ class ServerPromptCache {
  private:
   struct Candidate;
   Result<std::optional<Hit>> Serve(const Candidate& c);
+  // `key` is the scope's memory key with its tenant (SaltedMemoryKey).
   Result<std::optional<Hit>> FromMemory(const std::string& key, std::span<const int32_t> tokens);
   // What a persistent tier loaded: a cache of `length` tokens.
   struct Loaded {
@@ -205,7 +214,7 @@ class ServerPromptCache {
   };
   // A disk or shared hit reusing more than `reused` tokens; load(n) asks the
   // tier for the first n tokens. REQUIRES: tiers_mu_ held (shared).
-  Result<std::optional<Hit>> FromPersistent(const PromptScope& scope, std::span<const int32_t> tokens, int64_t reused,
+  Result<std::optional<Hit>> FromPersistent(const std::string& key, std::span<const int32_t> tokens, int64_t reused,
                                             PromptCacheTier tier,
                                             const std::function<Result<std::optional<Loaded>>(size_t)>& load);
   void Link(const std::string& key, std::span<const int32_t> tokens, std::shared_ptr<const MemoryEntry> entry,
@@ -213,9 +222,9 @@ class ServerPromptCache {
   // Checks `cache` before it is stored: the fingerprint, each layer's token count, the checkpoints.
   Status Check(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
                std::span<const PromptCacheCheckpoint> checkpoints, bool model_checked);
-  Status Persist(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
+  Status Persist(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
                  std::span<const PromptCacheCheckpoint> checkpoints);
-  Status QueueDiskWrite(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache);
+  Status QueueDiskWrite(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache);
   void Count(const std::optional<Hit>& hit, double seconds, bool asked_disk, bool asked_shared, bool unknown_model);
   // The disk and shared tiers' own counters. REQUIRES: tiers_mu_ held, the tiers open.
   PromptCacheMetrics TierCounters() const;

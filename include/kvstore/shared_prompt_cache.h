@@ -45,6 +45,7 @@
 #include "kvstore/kv_backend.h"
 #include "kvstore/model_fingerprint.h"
 #include "kvstore/status.h"
+#include "kvstore/tenant_salt.h"
 
 namespace kvstore {
 
@@ -111,8 +112,10 @@ class SharedPromptCache {
   // `min_tokens` tokens, rebuilt; nullopt on a miss. Backend failures and
   // bad values are misses (see stats()), never errors; a model the shared
   // tier cannot chunk (ConcatenateKVCache, batch caches) always misses.
+  // With `tenant`, only that tenant's chunks are looked up (its own
+  // namespace, docs/format.md §8.2).
   Result<std::optional<Hit>> Fetch(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                                   int64_t min_tokens = 0);
+                                   int64_t min_tokens = 0, const TenantSalt* tenant = nullptr);
 
   // Stores the chunks of `cache` (which holds `tokens`) not yet in the
   // store, and snapshots at the chunk boundaries among the end of `tokens`
@@ -121,8 +124,9 @@ class SharedPromptCache {
   // returns OK, also when the queue is full (then dropped and counted).
   // InvalidArgument when `cache` does not match `model`; with async_insert
   // off, also the backend's errors.
+  // With `tenant`, the chunks go to that tenant's namespace.
   Status Insert(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
-                std::span<const PromptCacheCheckpoint> checkpoints = {});
+                std::span<const PromptCacheCheckpoint> checkpoints = {}, const TenantSalt* tenant = nullptr);
 
   // Waits until the queue is empty and no insert is being written.
   void Flush();

@@ -27,9 +27,10 @@ std::string_view DigestBytes(const Sha256Digest& d) {
 
 }  // namespace
 
-ChunkNamespace MakeChunkNamespace(const ModelFingerprint& fingerprint, int64_t chunk_tokens) {
-  const std::string text =
-      "kvstore-namespace/1\n" + fingerprint.json() + "\nchunk_tokens=" + std::to_string(chunk_tokens);
+ChunkNamespace MakeChunkNamespace(const ModelFingerprint& fingerprint, int64_t chunk_tokens,
+                                  const TenantSalt* tenant) {
+  std::string text = "kvstore-namespace/1\n" + fingerprint.json() + "\nchunk_tokens=" + std::to_string(chunk_tokens);
+  if (tenant != nullptr) text += "\ntenant=" + tenant->key_hex(TenantSalt::Tier::kShared);
   ChunkNamespace ns;
   ns.digest = Sha256(std::string_view(text));
   ns.id = ns.digest.ToHex().substr(0, 32);

@@ -3,7 +3,8 @@
 // so that a chunk's key names everything it depends on.
 //
 //   namespace digest  N   = SHA-256("kvstore-namespace/1\n" fingerprint-json
-//                                    "\nchunk_tokens=" C)
+//                                    "\nchunk_tokens=" C ["\ntenant=" hex(T_shared)])
+//   (the tenant part only for a request with a tenant salt: TenantSalt)
 //   chain             H_0 = SHA-256("kvstore-chain/1\n" N tokens[0, C))
 //                     H_i = SHA-256(H_{i-1} tokens[iC, (i+1)C))
 //   (tokens as little-endian int32; digests as their 32 bytes)
@@ -24,6 +25,7 @@
 
 #include "kvstore/model_fingerprint.h"
 #include "kvstore/sha256.h"
+#include "kvstore/tenant_salt.h"
 
 namespace kvstore {
 
@@ -37,7 +39,10 @@ struct ChunkNamespace {
   int64_t chunk_tokens = 0;
 };
 
-ChunkNamespace MakeChunkNamespace(const ModelFingerprint& fingerprint, int64_t chunk_tokens);
+// `tenant` (nullptr: none) gives the tenant its own namespace: its keys
+// share nothing with another tenant's or with those of requests without one.
+ChunkNamespace MakeChunkNamespace(const ModelFingerprint& fingerprint, int64_t chunk_tokens,
+                                  const TenantSalt* tenant = nullptr);
 
 // H_0 .. H_{count-1}. REQUIRES: count * chunk_tokens <= tokens.size().
 std::vector<Sha256Digest> ChainHashes(const ChunkNamespace& ns, std::span<const int32_t> tokens, size_t count);

@@ -30,13 +30,17 @@ int64_t LeafChunkBytes(const LeafInfo& leaf, int64_t tokens) {
 
 }  // namespace
 
-std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(const ModelFingerprint& model) {
-  const std::string id = model.digest().ToHex();
+std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(const ModelFingerprint& model,
+                                                                             const TenantSalt* tenant) {
+  std::string id = model.digest().ToHex();
+  if (tenant != nullptr) id += "/" + tenant->key_hex(TenantSalt::Tier::kShared);
   std::lock_guard<std::mutex> l(ns_mu);
   auto it = namespaces.find(id);
   if (it != namespaces.end()) return it->second;
+  // A cache (one entry per model and tenant): bounded, as tenants are many.
+  if (namespaces.size() >= kMaxCachedNamespaces) namespaces.clear();
   auto ns = std::make_shared<SharedNamespace>(model);
-  ns->ns = MakeChunkNamespace(model, options.chunk_tokens);
+  ns->ns = MakeChunkNamespace(model, options.chunk_tokens, tenant);
   Result<std::vector<LeafInfo>> leaves = LeavesOf(ns->fingerprint.spec());
   ns->supported = leaves.status();
   if (leaves.ok()) ns->leaves = std::move(leaves).value();
@@ -115,9 +119,9 @@ Result<std::unique_ptr<SharedPromptCache>> SharedPromptCache::Open(SharedPromptC
 
 Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Fetch(const ModelFingerprint& model,
                                                                        std::span<const int32_t> tokens,
-                                                                       int64_t min_tokens) {
+                                                                       int64_t min_tokens, const TenantSalt* tenant) {
   impl_->Add(&Stats::fetches);
-  std::shared_ptr<const SharedNamespace> ns = impl_->NamespaceFor(model);
+  std::shared_ptr<const SharedNamespace> ns = impl_->NamespaceFor(model, tenant);
   if (!ns->supported.ok()) {
     impl_->Add(&Stats::unsupported);
     return std::optional<Hit>();
@@ -126,9 +130,10 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Fetch(const Mod
 }
 
 Status SharedPromptCache::Insert(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                                 const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
+                                 const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints,
+                                 const TenantSalt* tenant) {
   impl_->Add(&Stats::inserts);
-  std::shared_ptr<const SharedNamespace> ns = impl_->NamespaceFor(model);
+  std::shared_ptr<const SharedNamespace> ns = impl_->NamespaceFor(model, tenant);
   if (!ns->supported.ok()) {
     impl_->Add(&Stats::unsupported);
     return Status::OK();

@@ -73,8 +73,10 @@ struct SharedPromptCache::Impl {
   }
 
   std::mutex ns_mu;
-  std::map<std::string, std::shared_ptr<const SharedNamespace>> namespaces;  // by fingerprint digest
-  std::shared_ptr<const SharedNamespace> NamespaceFor(const ModelFingerprint& model);
+  // By fingerprint digest (and the tenant's key); emptied when it reaches kMaxCachedNamespaces.
+  std::map<std::string, std::shared_ptr<const SharedNamespace>> namespaces;
+  static constexpr size_t kMaxCachedNamespaces = 1024;
+  std::shared_ptr<const SharedNamespace> NamespaceFor(const ModelFingerprint& model, const TenantSalt* tenant);
 
   // Asynchronous inserts: written on the pool by up to writer_threads
   // workers at once. Last, so that it is closed before the rest goes.

@@ -2,9 +2,11 @@
 // tier (StoreIndex) share, written once: entries by id, by key hash and by
 // recency, with a byte count. Two lookups for a query:
 //   * the entry with the longest key that is a prefix of the query, probing
-//     the hash of each key length the index holds, longest first:
-//     O(distinct lengths) probes over prefix hashes computed once per
-//     prompt (prefix_hash.h);
+//     the hash of each key length the index holds for the query's model,
+//     longest first: O(distinct lengths) probes over prefix hashes computed
+//     once per prompt (prefix_hash.h). Lengths are kept per model, so what
+//     one model key (a tenant: kvstore/tenant_salt.h) holds never changes
+//     the work, and so the time, of another's lookups;
 //   * among entries registered as trimmable, the one sharing the longest
 //     common prefix with the query, even when it is longer (GranuleIndex).
 // Keys are always compared exactly: a hash match alone serves nothing. A
@@ -58,7 +60,7 @@ class PrefixIndex {
     Node& node = it->second;
     bytes_ += node.value.bytes;
     by_hash_.emplace(key_hash, &node);
-    ++lengths_[node.value.key.tokens.size()];
+    ++lengths_[node.value.key.model][node.value.key.tokens.size()];
     lru_.push_front(&node);
     node.lru = lru_.begin();
     if (!prefix_hashes.empty()) node.granules = granules_.Add(&node, prefix_hashes);
@@ -79,8 +81,10 @@ class PrefixIndex {
       }
     }
     granules_.Remove(&node, node.granules);
-    auto length = lengths_.find(node.value.key.tokens.size());
-    if (--length->second == 0) lengths_.erase(length);
+    auto model = lengths_.find(node.value.key.model);
+    auto length = model->second.find(node.value.key.tokens.size());
+    if (--length->second == 0) model->second.erase(length);
+    if (model->second.empty()) lengths_.erase(model);
     lru_.erase(node.lru);
     bytes_ -= node.value.bytes;
     std::optional<Value> out(std::move(node.value));
@@ -99,9 +103,13 @@ class PrefixIndex {
   // PrefixHashes(model, tokens) and max_len <= tokens.size().
   Node* FindLongestPrefix(std::string_view model, std::span<const int32_t> tokens,
                           std::span<const uint64_t> prefix_hashes, size_t max_len) {
-    for (auto length = lengths_.upper_bound(max_len); length != lengths_.begin();) {
+    const auto held = lengths_.find(model);
+    if (held == lengths_.end()) return nullptr;
+    const std::map<size_t, int64_t>& lengths = held->second;
+    for (auto length = lengths.upper_bound(max_len); length != lengths.begin();) {
       const size_t n = (--length)->first;
       if (n == 0) break;  // an empty key is never served
+      ++probes_;
       auto [first, last] = by_hash_.equal_range(prefix_hashes[n]);
       for (auto it = first; it != last; ++it) {
         Node& node = *it->second;
@@ -148,6 +156,8 @@ class PrefixIndex {
 
   size_t size() const { return by_id_.size(); }
   int64_t bytes() const { return bytes_; }
+  // Hash probes FindLongestPrefix has made so far (what its time follows).
+  int64_t probes() const { return probes_; }
 
  private:
   void Touch(Node& node) { lru_.splice(lru_.begin(), lru_, node.lru); }
@@ -155,9 +165,11 @@ class PrefixIndex {
   std::unordered_map<Id, Node> by_id_;
   std::unordered_multimap<uint64_t, Node*> by_hash_;
   std::list<Node*> lru_;               // front = most recently used
-  std::map<size_t, int64_t> lengths_;  // key length (tokens) -> entries of that length
+  // model -> key length (tokens) -> entries of that length
+  std::map<std::string, std::map<size_t, int64_t>, std::less<>> lengths_;
   GranuleIndex<Node*> granules_;
   int64_t bytes_ = 0;
+  int64_t probes_ = 0;
 };
 
 }  // namespace kvstore

@@ -110,9 +110,10 @@ Status PromptCacheStore::Put(const std::string& model, std::span<const int32_t> 
   return impl_->Put(model, fp.ok() ? std::optional<ModelFingerprint>(*fp) : std::nullopt, tokens, cache);
 }
 
-Status PromptCacheStore::Put(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache) {
+Status PromptCacheStore::Put(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
+                             const TenantSalt* tenant) {
   KV_RETURN_IF_ERROR(model.Check(cache));
-  return impl_->Put(model.model_id(), model, tokens, cache);
+  return impl_->Put(SaltedStoreModelKey(model.model_id(), tenant), model, tokens, cache);
 }
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const std::string& model,
@@ -121,8 +122,9 @@ Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefi
 }
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const ModelFingerprint& model,
-                                                                                  std::span<const int32_t> tokens) {
-  return impl_->Fetch(model.model_id(), &model, tokens);
+                                                                                  std::span<const int32_t> tokens,
+                                                                                  const TenantSalt* tenant) {
+  return impl_->Fetch(SaltedStoreModelKey(model.model_id(), tenant), &model, tokens);
 }
 
 int64_t PromptCacheStore::entries() const {

@@ -130,7 +130,7 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromMemory(cons
 // chunk boundary at its very end) must give one token back; when its
 // layers cannot, the tier is asked again for the query less that token.
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromPersistent(
-    const PromptScope& scope, std::span<const int32_t> tokens, int64_t reused, PromptCacheTier tier,
+    const std::string& key, std::span<const int32_t> tokens, int64_t reused, PromptCacheTier tier,
     const std::function<Result<std::optional<Loaded>>(size_t)>& load) {
   const int64_t q = static_cast<int64_t>(tokens.size());
   const bool server = options_.memory_policy == MemoryPolicy::kServer;
@@ -142,7 +142,7 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromPersistent(
     auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
     KV_ASSIGN_OR_RETURN(auto hit, Serve({entry, got->length, serves, tier, got->foreign_tokens}));
     if (hit) {
-      if (server) Link(scope.memory_key, tokens.first(static_cast<size_t>(got->length)), entry, CacheType::kAssistant);
+      if (server) Link(key, tokens.first(static_cast<size_t>(got->length)), entry, CacheType::kAssistant);
       return hit;
     }
     if (!server || got->length < q) break;
@@ -156,8 +156,10 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const Pro
   const int64_t q = static_cast<int64_t>(tokens.size());
   const bool server = options_.memory_policy == MemoryPolicy::kServer;
   bool asked_disk = false, asked_shared = false, unknown_model = false;
+  const TenantSalt* tenant = scope.tenant ? &*scope.tenant : nullptr;
+  const std::string key = SaltedMemoryKey(scope.memory_key, tenant);
   Result<std::optional<Hit>> result = [&]() -> Result<std::optional<Hit>> {
-    KV_ASSIGN_OR_RETURN(std::optional<Hit> best, FromMemory(scope.memory_key, tokens));
+    KV_ASSIGN_OR_RETURN(std::optional<Hit> best, FromMemory(key, tokens));
     if (q == 0 || (best && !server)) return best;  // mlx-lm: a memory hit is final
     auto reused = [&] { return best ? best->reused : 0; };
     std::shared_lock<std::shared_mutex> l(tiers_mu_);
@@ -168,10 +170,10 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const Pro
     }
     if (PromptCacheStore* disk = options_.disk; disk != nullptr && (!server || reused() < q - 1)) {
       asked_disk = true;
-      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(scope, tokens, reused(), PromptCacheTier::kDisk,
+      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(key, tokens, reused(), PromptCacheTier::kDisk,
                                                    [&](size_t n) -> Result<std::optional<Loaded>> {
                                                      KV_ASSIGN_OR_RETURN(auto got, disk->FetchLongestPrefix(
-                                                                                       *scope.model, tokens.first(n)));
+                                                                                       *scope.model, tokens.first(n), tenant));
                                                      if (!got) return std::optional<Loaded>();
                                                      return Loaded{std::move(got->cache), got->length, 0};
                                                    }));
@@ -182,10 +184,10 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const Pro
         shared != nullptr && q / shared->chunk_tokens() * shared->chunk_tokens() > reused()) {
       asked_shared = true;
       const int64_t have = reused();
-      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(scope, tokens, have, PromptCacheTier::kShared,
+      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(key, tokens, have, PromptCacheTier::kShared,
                                                    [&](size_t n) -> Result<std::optional<Loaded>> {
                                                      KV_ASSIGN_OR_RETURN(auto got, shared->Fetch(*scope.model,
-                                                                                                 tokens.first(n), have));
+                                                                                                 tokens.first(n), have, tenant));
                                                      if (!got) return std::optional<Loaded>();
                                                      return Loaded{std::move(got->cache), got->tokens,
                                                                    got->foreign_tokens};

@@ -9,9 +9,12 @@
 namespace kvstore {
 namespace {
 
-// The disk writer's key for (model, tokens): a newer write of it replaces a waiting one.
-std::string WriteKey(const ModelFingerprint& model, std::span<const int32_t> tokens) {
-  std::string key = model.digest().ToHex();
+// The disk writer's key for (model, tenant, tokens): a newer write of it
+// replaces a waiting one (never another tenant's).
+std::string WriteKey(const ModelFingerprint& model, const TenantSalt* tenant, std::span<const int32_t> tokens) {
+  std::string key = model.digest().ToHex() + "/";
+  if (tenant != nullptr) key += tenant->key_hex(TenantSalt::Tier::kDisk);
+  key += "/";
   key.append(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes());
   return key;
 }
@@ -51,22 +54,23 @@ Status ServerPromptCache::Insert(const PromptScope& scope, std::span<const int32
   const bool mlx_lm = options_.memory_policy == MemoryPolicy::kMlxLm;
   if (tokens.empty() && !mlx_lm) return Status::InvalidArgument("ServerPromptCache: empty token key");
   const bool persist = scope.model.has_value() && !tokens.empty();
+  const std::string key = SaltedMemoryKey(scope.memory_key, scope.tenant ? &*scope.tenant : nullptr);
   // What is stored must pass the checks; a binding's own memory entry is
   // stored whatever they say (mlx-lm stores what it is given).
   Status checked;
   if (persist || options.memory_entry == nullptr) checked = Check(scope, tokens, cache, options.checkpoints, options.model_checked);
   if (options.memory_entry != nullptr) {
-    Link(scope.memory_key, tokens, options.memory_entry, options.cache_type);
+    Link(key, tokens, options.memory_entry, options.cache_type);
   } else if (checked.ok()) {
-    Link(scope.memory_key, tokens, std::make_shared<LayersEntry>(CopyLayers(cache)), options.cache_type);
+    Link(key, tokens, std::make_shared<LayersEntry>(CopyLayers(cache)), options.cache_type);
   }
   KV_RETURN_IF_ERROR(checked);
   for (const PromptCacheCheckpoint& cp : options.checkpoints) {
-    Link(scope.memory_key, tokens.first(static_cast<size_t>(cp.tokens)),
+    Link(key, tokens.first(static_cast<size_t>(cp.tokens)),
          std::make_shared<LayersEntry>(CopyLayers(cp.cache)), options.cache_type);
   }
   if (!persist) return Status::OK();
-  return Persist(*scope.model, tokens, cache, options.checkpoints);
+  return Persist(scope, tokens, cache, options.checkpoints);
 }
 
 Status ServerPromptCache::Insert(const ModelFingerprint& model, std::span<const int32_t> tokens,
@@ -74,19 +78,18 @@ Status ServerPromptCache::Insert(const ModelFingerprint& model, std::span<const 
   return Insert(PromptScope{model.digest().ToHex(), model}, tokens, cache, {.checkpoints = checkpoints});
 }
 
-Status ServerPromptCache::QueueDiskWrite(const ModelFingerprint& model, std::span<const int32_t> tokens,
+Status ServerPromptCache::QueueDiskWrite(const PromptScope& scope, std::span<const int32_t> tokens,
                                          const PromptCache& cache) {
   PromptCacheStore* disk = options_.disk;
   PromptCache copy = CopyLayers(cache);
   const int64_t bytes = CacheBytes(copy);
   return disk_writer_->Submit(
-      WriteKey(model, tokens), bytes,
-      [disk, model, tokens = std::vector<int32_t>(tokens.begin(), tokens.end()), copy = std::move(copy)] {
-        return disk->Put(model, tokens, copy);
-      });
+      WriteKey(*scope.model, scope.tenant ? &*scope.tenant : nullptr, tokens), bytes,
+      [disk, model = *scope.model, tenant = scope.tenant, tokens = std::vector<int32_t>(tokens.begin(), tokens.end()),
+       copy = std::move(copy)] { return disk->Put(model, tokens, copy, tenant ? &*tenant : nullptr); });
 }
 
-Status ServerPromptCache::Persist(const ModelFingerprint& model, std::span<const int32_t> tokens,
+Status ServerPromptCache::Persist(const PromptScope& scope, std::span<const int32_t> tokens,
                                   const PromptCache& cache, std::span<const PromptCacheCheckpoint> checkpoints) {
   std::shared_lock<std::shared_mutex> l(tiers_mu_);
   if (tiers_closed_) {
@@ -96,12 +99,15 @@ Status ServerPromptCache::Persist(const ModelFingerprint& model, std::span<const
     return Status::OK();
   }
   if (options_.disk != nullptr) {
-    KV_RETURN_IF_ERROR(QueueDiskWrite(model, tokens, cache));
+    KV_RETURN_IF_ERROR(QueueDiskWrite(scope, tokens, cache));
     for (const PromptCacheCheckpoint& cp : checkpoints) {
-      KV_RETURN_IF_ERROR(QueueDiskWrite(model, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache));
+      KV_RETURN_IF_ERROR(QueueDiskWrite(scope, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache));
     }
   }
-  if (options_.shared != nullptr) KV_RETURN_IF_ERROR(options_.shared->Insert(model, tokens, cache, checkpoints));
+  if (options_.shared != nullptr) {
+    KV_RETURN_IF_ERROR(options_.shared->Insert(*scope.model, tokens, cache, checkpoints,
+                                               scope.tenant ? &*scope.tenant : nullptr));
+  }
   return Status::OK();
 }
 

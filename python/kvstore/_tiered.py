@@ -122,10 +122,13 @@ class TieredPromptCache:
         """Bytes of the caches in the memory tier (their nbytes)."""
         return self._core.nbytes
 
-    def fetch_nearest_cache(self, model, tokens):
-        """(a private copy of the nearest cache or None, the tokens still to process)."""
+    def fetch_nearest_cache(self, model, tokens, *, salt=None):
+        """(a private copy of the nearest cache or None, the tokens still to process).
+
+        ``salt`` (str or bytes, keyword-only; vLLM's ``cache_salt``): only entries inserted
+        with the same salt are served, from every tier. None: entries inserted without one."""
         fingerprint = self._fingerprint_for(model) if self._persistent else None
-        hit = self._core.fetch(self._memory_key(model), fingerprint, tokens)
+        hit = self._core.fetch(self._memory_key(model), fingerprint, tokens, _salt_bytes(salt))
         if hit is None:
             return None, tokens
         entry, entry_tokens, layers, reused, tier = hit
@@ -142,8 +145,11 @@ class TieredPromptCache:
             log.warning("kvstore: %s tier miss after an error: %s", tier, e)
             return None, tokens
 
-    def insert_cache(self, model, tokens, prompt_cache, *, cache_type="assistant"):
-        """Store ``prompt_cache`` for (model, tokens); do not modify it afterwards."""
+    def insert_cache(self, model, tokens, prompt_cache, *, cache_type="assistant", salt=None):
+        """Store ``prompt_cache`` for (model, tokens); do not modify it afterwards.
+
+        ``salt``: the tenant's salt (see fetch_nearest_cache); the entry serves that salt only."""
+        salt = _salt_bytes(salt)
         key = self._memory_key(model)
         nbytes = sum(c.nbytes for c in prompt_cache)
         trimmable = all(c.is_trimmable() for c in prompt_cache)  # mlx-lm's can_trim_prompt_cache
@@ -156,7 +162,7 @@ class TieredPromptCache:
                 except Exception as e:
                     log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), e)
         fingerprint, why = self._core.insert(key, name, tokens, prompt_cache, min(nbytes, _INT64_MAX), trimmable,
-                                             cache_type, layers, self._fingerprints.get(name))
+                                             cache_type, layers, self._fingerprints.get(name), salt)
         if why is not None:
             log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), why)
         if fingerprint is not None:
@@ -256,6 +262,17 @@ class TieredPromptCache:
             # What the model made when it last inserted (before a restart).
             fingerprint = self._stored_structures.get(name)
         return fingerprint
+
+
+def _salt_bytes(salt):
+    """The salt as bytes for the binding (str: UTF-8); None stays None. The salt itself is
+    never logged or stored: the tiers keep keys derived from it. "" and b"" raise
+    InvalidArgumentError (a ValueError)."""
+    if salt is None or isinstance(salt, bytes):
+        return salt
+    if isinstance(salt, str):
+        return salt.encode()
+    raise TypeError("salt must be str, bytes or None, not %s" % type(salt).__name__)
 
 
 def _close(core, disk, shared):

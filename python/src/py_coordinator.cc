@@ -102,11 +102,12 @@ class PyServerPromptCache {
   // KeyError for an unknown cache_type, before any change.
   py::tuple Insert(const std::string& key, const std::optional<std::string>& model_name,
                    const std::vector<int32_t>& tokens, py::object caches, int64_t nbytes, bool trimmable,
-                   const std::string& cache_type, const py::object& layers, const std::optional<ModelFingerprint>& known) {
+                   const std::string& cache_type, const py::object& layers, const std::optional<ModelFingerprint>& known,
+                   const std::optional<std::string>& salt) {
     const Result<CacheType> type = ParseCacheType(cache_type);
     if (!type.ok()) throw py::key_error(cache_type);  // mlx-lm's KeyError
+    PromptScope scope{key, std::nullopt, Tenant(salt)};
     auto entry = std::make_shared<PyEntry>(std::move(caches), nbytes, trimmable);
-    PromptScope scope{key, std::nullopt};
     PromptCache persistent;
     std::string why;
     if (model_name && !layers.is_none()) {
@@ -140,10 +141,11 @@ class PyServerPromptCache {
   // None, and a persistent tier's kvstore layers or None. A tier's error
   // is logged and is a miss.
   py::object Fetch(const std::string& key, const std::optional<ModelFingerprint>& model,
-                   const std::vector<int32_t>& tokens) {
+                   const std::vector<int32_t>& tokens, const std::optional<std::string>& salt) {
+    const PromptScope scope{key, model, Tenant(salt)};
     Result<std::optional<ServerPromptCache::Hit>> hit = [&] {
       py::gil_scoped_release release;
-      return cache_->Fetch(PromptScope{key, model}, tokens);
+      return cache_->Fetch(scope, tokens);
     }();
     if (!hit.ok()) {
       LogWarning("a tier's error made a miss: " + hit.status().ToString());
@@ -207,6 +209,12 @@ class PyServerPromptCache {
   }
 
  private:
+  // The tenant of a salt (None: none); InvalidArgumentError for "".
+  static std::optional<TenantSalt> Tenant(const std::optional<std::string>& salt) {
+    if (!salt) return std::nullopt;
+    return Unwrap(TenantSalt::Make(*salt));
+  }
+
   std::unique_ptr<ServerPromptCache> cache_;
   std::mutex close_mu_;
   std::shared_ptr<PromptCacheStore> store_;    // kept open while the coordinator uses it
@@ -226,8 +234,9 @@ void RegisterServerPromptCache(py::module_& m) {
            py::arg("disk_queue_bytes") = int64_t{1} << 30)
       .def("insert", &PyServerPromptCache::Insert, py::arg("key"), py::arg("model_name"), py::arg("tokens"),
            py::arg("caches"), py::arg("nbytes"), py::arg("trimmable"), py::arg("cache_type"), py::arg("layers"),
-           py::arg("known") = py::none())
-      .def("fetch", &PyServerPromptCache::Fetch, py::arg("key"), py::arg("model"), py::arg("tokens"))
+           py::arg("known") = py::none(), py::arg("salt") = py::none())
+      .def("fetch", &PyServerPromptCache::Fetch, py::arg("key"), py::arg("model"), py::arg("tokens"),
+           py::arg("salt") = py::none())
       .def("trim_to", &PyServerPromptCache::TrimTo, py::arg("n_sequences") = py::none(),
            py::arg("n_bytes") = py::none())
       .def("stats_by_type", &PyServerPromptCache::StatsByType)

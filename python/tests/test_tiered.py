@@ -518,3 +518,48 @@ def test_an_empty_redis_secret_is_refused_not_taken_for_none(tmp_path):
     for secret in (None, "s"):
         with pytest.raises(kvstore.FileIOError):
             TieredPromptCache(redis=url, redis_secret=secret)
+
+
+def test_salts_never_share_a_prefix_in_memory_or_on_disk(mlx_cache, mx, tmp_path, caplog):
+    secret = "salt-of-tenant-a-XYZZY"
+    prompt = list(range(1, 40))
+    longer = prompt + [99]
+    with TieredPromptCache(directory=tmp_path / "store") as cache:
+        cache.insert_cache(MODEL, prompt, make_cache(mlx_cache, mx, prompt, "kv"), salt=secret)
+        assert state_of(cache.fetch_nearest_cache(MODEL, longer, salt=secret)[0]) is not None
+        assert cache.fetch_nearest_cache(MODEL, longer, salt=secret.encode())[1] == [99]  # bytes: the same salt
+        for other in ({"salt": "tenant-b"}, {}):  # another tenant, and requests without a salt
+            assert cache.fetch_nearest_cache(MODEL, longer, **other) == (None, longer)
+            assert cache.fetch_nearest_cache(MODEL, prompt[:1], **other) == (None, prompt[:1])
+        # mlx-lm's signature is unchanged: an unsalted entry serves unsalted requests only.
+        cache.insert_cache(MODEL, longer, make_cache(mlx_cache, mx, longer, "kv"), cache_type="assistant")
+        assert cache.fetch_nearest_cache(MODEL, longer)[1] == []
+        assert cache.fetch_nearest_cache(MODEL, longer, salt="tenant-b") == (None, longer)
+    with TieredPromptCache(directory=tmp_path / "store") as restarted:  # the disk tier
+        restarted.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
+        hit, rest = restarted.fetch_nearest_cache(MODEL, longer, salt=secret)
+        assert rest == [99] and restarted.metrics_text().count('tier="disk"} 1') >= 1
+        assert state_of(hit) == state_of(make_cache(mlx_cache, mx, prompt, "kv"))
+        assert restarted.fetch_nearest_cache(MODEL, longer, salt="tenant-b") == (None, longer)
+    for root, _, files in os.walk(tmp_path / "store"):
+        for name in files:
+            assert secret not in name
+            with open(os.path.join(root, name), "rb") as f:
+                assert secret.encode() not in f.read(), name
+    assert secret not in caplog.text
+
+
+def test_an_empty_salt_is_refused_and_a_salt_is_never_echoed(mlx_cache, mx):
+    cache = TieredPromptCache()
+    kv = make_cache(mlx_cache, mx, [1, 2], "kv")
+    for empty in ("", b""):
+        with pytest.raises(kvstore.InvalidArgumentError, match="tenant salt: empty"):
+            cache.insert_cache(MODEL, [1, 2], kv, salt=empty)
+        with pytest.raises(ValueError):
+            cache.fetch_nearest_cache(MODEL, [1, 2], salt=empty)
+    assert len(cache) == 0  # nothing stored by the refused insert
+    with pytest.raises(TypeError, match="salt must be str, bytes or None, not int") as e:
+        cache.fetch_nearest_cache(MODEL, [1, 2], salt=12345)
+    assert "12345" not in str(e.value)
+    with pytest.raises(TypeError):
+        cache.fetch_nearest_cache(MODEL, [1, 2], "positional-salt")  # keyword-only

@@ -67,6 +67,24 @@ def test_two_servers_share_prefixes_through_redis(mlx_cache, mx, shared):
     assert rest == [99] and reader.shared_stats()["fetches"] == 1
 
 
+def test_salts_get_namespaces_of_their_own(mlx_cache, mx, shared):
+    tokens = list(range(1, 2 * CHUNK + 4))
+    writer, reader = shared("a"), shared("b")
+    writer.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"), salt="tenant-a")
+    writer.flush()
+    assert writer.shared_stats()["chunks_written"] == 2
+    reader.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
+    for other in ({"salt": "tenant-b"}, {}):
+        assert reader.fetch_nearest_cache(MODEL, tokens, **other) == (None, tokens)
+    got, rest = reader.fetch_nearest_cache(MODEL, tokens, salt="tenant-a")
+    assert rest == tokens[2 * CHUNK:]
+    assert state_of(got) == state_of(make_cache(mlx_cache, mx, tokens[: 2 * CHUNK], "kv"))
+    # The same prompt without a salt is written again, in the model's own namespace.
+    writer.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    writer.flush()
+    assert writer.shared_stats()["chunks_written"] == 4
+
+
 def test_another_configuration_or_secret_is_a_miss(mlx_cache, mx, shared):
     tokens = list(range(1, 2 * CHUNK + 1))
     writer = shared("a")

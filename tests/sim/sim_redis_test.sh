@@ -3,8 +3,8 @@
 # processes sharing a single node and a 3-master cluster, then the faults:
 # a Redis node killed and restarted mid-run (single node and cluster),
 # values corrupted behind the servers' back (SETRANGE), Redis out of memory
-# and evicting, a server process SIGKILLed mid-insert. Every run must end
-# with 0 mismatches and 0 corrupt served.
+# and evicting, a server process SIGKILLed mid-insert, and tenants that must
+# never share a prefix. Every run must end with 0 mismatches and 0 corrupt served.
 #   sim_redis_test.sh SIM shared   on the servers of scripts/redis-services.sh (the
 #                                  ctest fixture, KVSTORE_TEST_REDIS_ENV), own key prefix
 #   sim_redis_test.sh SIM faults   on private servers started here (they are killed,
@@ -49,6 +49,17 @@ if [[ $mode == shared ]]; then
     grep -Eq '^dedup: 0\.[0-9]+$' "$dir/run.out" || fail "no dedup: $(cat "$dir/run.out")"
     grep -q 'processes 3' "$dir/run.out" || fail "not 3 processes"
   done
+  # Tenants across three server processes: they reuse their own prefixes, never
+  # another tenant's; without salts the workers' cross-tenant hits reach the parent's sum.
+  "$sim" "${args[@]}" --redis "$url" --key-prefix "${prefix}tenants:" --processes 3 --requests 300 --tenants 3 \
+    > "$dir/tenants.out" || fail "tenants run exited non-zero: $(cat "$dir/tenants.out")"
+  check "$dir/tenants.out"
+  grep -q '^cross_tenant_hits: 0$' "$dir/tenants.out" || fail "cross-tenant hits: $(cat "$dir/tenants.out")"
+  grep -Eq '^hit_rate: [1-9]' "$dir/tenants.out" || fail "no hits: $(cat "$dir/tenants.out")"
+  "$sim" "${args[@]}" --redis "$url" --key-prefix "${prefix}unsalted:" --processes 3 --requests 300 --tenants 3 \
+    --unsalted-tenants > "$dir/unsalted.out"; rc=$?
+  [[ $rc == 1 ]] && grep -Eq '^cross_tenant_hits: [1-9]' "$dir/unsalted.out" ||
+    fail "unsalted tenants (exit $rc): $(cat "$dir/unsalted.out")"
   # A worker that fails says why, in the parent's message (its store
   # cannot be created: /dev/null is no directory).
   "$sim" "${args[@]}" --redis "$url" --key-prefix "$prefix" --processes 1 --requests 10 --store /dev/null/store \

@@ -2,7 +2,8 @@
 # prompt_cache_sim under ctest: a short run, a SIGKILLed run recovered on
 # the same store, a corrupted store file, a second owner refused, and store
 # files or manifest lines that disagree with their keys.
-#   sim_test.sh SIM short      a short run, and three servers sharing a chunk tier (also run under TSan)
+#   sim_test.sh SIM short      a short run, three servers sharing a chunk tier (also run under TSan), and
+#                              three tenants that never share a prefix
 #   sim_test.sh SIM recovery   SIGKILL + restart, manifest, corruption, second owner
 #   sim_test.sh SIM faults     edited manifest tokens, a renamed file, swapped files
 set -uo pipefail
@@ -14,6 +15,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 check() {  # check OUTPUT_FILE: zero mismatches and corrupt entries served
   grep -q '^mismatches: 0$' "$1" || fail "mismatches in $(cat "$1")"
   grep -q '^corrupt_served: 0$' "$1" || fail "corrupt served in $(cat "$1")"
+  grep -q '^cross_tenant_hits: 0$' "$1" || fail "cross-tenant hits in $(cat "$1")"
 }
 metric() { awk -v n="$2" '$1 == n { print $2 }' "$1"; }  # metric FILE 'NAME{LABELS}': its value
 metric_sum() { awk -v n="$2" 'index($1, n) == 1 { s += $2 } END { print s + 0 }' "$1"; }  # over NAME's series
@@ -53,6 +55,21 @@ if [[ $mode == short ]]; then
   (($(metric "$dir/shared.prom" 'kvstore_prompt_cache_hits_total{tier="shared"}') > 0)) || fail "no shared-tier hits counted"
   grep -Eq '^shared_hits: [1-9][0-9]* tokens ' "$dir/shared.out" || fail "no shared hits: $(cat "$dir/shared.out")"
   grep -Eq '^dedup: 0\.[0-9]+$' "$dir/shared.out" || fail "no dedup line: $(cat "$dir/shared.out")"
+  # Three tenants over three servers with disk and shared tiers: each tenant
+  # reuses its own prefixes, never another's, and no salt is written anywhere.
+  tenants=(--threads 2 --requests 300 --seed 1 --processes 3 --chunk-tokens 16 --tenants 3)
+  "$sim" "${tenants[@]}" --store "$dir/tenants" --metrics "$dir/tenants.prom" > "$dir/tenants.out" 2>&1 ||
+    fail "tenants run exited non-zero: $(cat "$dir/tenants.out")"
+  check "$dir/tenants.out"
+  [[ $(metric "$dir/tenants.prom" prompt_cache_sim_cross_tenant_hits) == 0 ]] || fail "metrics: $(tail -3 "$dir/tenants.prom")"
+  grep -Eq '^hit_rate: [1-9]' "$dir/tenants.out" || fail "no hits: $(cat "$dir/tenants.out")"
+  ! grep -rqF 'prompt_cache_sim tenant' "$dir/tenants" "$dir/tenants.out" || fail "a tenant salt was written"
+  # The same tenants without salts share prefixes: the check sees it and the run fails.
+  "$sim" "${tenants[@]}" --unsalted-tenants --metrics "$dir/unsalted.prom" > "$dir/unsalted.out" 2>&1; rc=$?
+  [[ $rc == 1 ]] && grep -Eq '^cross_tenant_hits: [1-9]' "$dir/unsalted.out" ||
+    fail "unsalted tenants (exit $rc): $(cat "$dir/unsalted.out")"
+  [[ $(metric "$dir/unsalted.prom" prompt_cache_sim_cross_tenant_hits) == \
+     $(sed -n 's/^cross_tenant_hits: //p' "$dir/unsalted.out") ]] || fail "metrics: $(tail -3 "$dir/unsalted.prom")"
   if ((failures)); then echo "$failures failures"; exit 1; fi
   echo "prompt_cache_sim short run passed"
   exit 0
