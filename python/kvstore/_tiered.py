@@ -193,13 +193,17 @@ class TieredPromptCache:
         self._remember(name, fingerprint)
         return fingerprint
 
-    def disk_stats(self):
+    def disk_stats(self, *, indexed=False):
         """{"entries", "bytes", "corrupt_dropped", "mismatched_dropped",
         "fingerprint_refused", "last_refusal", "unknown_model_misses"} of the disk tier,
-        or None without one."""
+        or None without one. A disk tier indexes its directory in the background after
+        it opens (fetches find their prefixes meanwhile), so "entries" and "bytes" count
+        what is indexed so far; indexed=True waits until the whole directory is."""
         d = self._disk
         if d is None:
             return None
+        if indexed:
+            d.open_entries  # waits for the indexing
         return {"entries": d.entries, "bytes": d.bytes, "corrupt_dropped": d.corrupt_dropped,
                 "mismatched_dropped": d.mismatched_dropped, "fingerprint_refused": d.fingerprint_refused,
                 "last_refusal": d.last_refusal, "unknown_model_misses": self._core.unknown_model_fetches()}

@@ -127,7 +127,7 @@ def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path)
     # A new process on the same directory serves the old prefixes, once it knows what
     # the model's caches look like.
     with TieredPromptCache(max_size=3, directory=tmp_path / "store") as restarted:
-        assert len(restarted) == 0 and restarted.disk_stats()["entries"] > 0
+        assert len(restarted) == 0 and restarted.disk_stats(indexed=True)["entries"] > 0
         hits = 0
         for (model, tokens), states in inserted.items():
             restarted.register_model(model, make_cache(mlx_cache, mx, [1], kinds[(model, tokens)]))
@@ -158,7 +158,7 @@ def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache
             for p in prompts:
                 got, rest = restarted.fetch_nearest_cache(MODEL, p + [99])
                 assert got is None and rest == p + [99]
-            stats = restarted.disk_stats()
+            stats = restarted.disk_stats(indexed=True)
             assert stats["fingerprint_refused"] >= len(prompts)
             assert "another model configuration" in stats["last_refusal"]
             assert stats["entries"] == len(prompts)  # kept for the configuration that wrote them
