@@ -48,7 +48,7 @@ class ChunkCodecTest : public ::testing::Test {
     return value.ok() ? *value : "";
   }
   Result<DecodedChunk> Decode(std::string value, ChunkFault* fault) const {
-    ChunkRequest r{key_, ChunkKind::kRows, &ns_, 0, tokens_, &chain_[0], nullptr, &leaves_, ""};
+    ChunkRequest r{key_, ChunkKind::kRows, &ns_, 0, tokens_, &chain_[0], nullptr, &leaves_};
     return DecodeChunk(std::make_shared<const std::string>(std::move(value)), r, fault);
   }
 

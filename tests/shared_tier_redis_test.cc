@@ -81,7 +81,7 @@ TEST(SharedTierRedis, ServersShareChunksSpreadOverTheClusterMasters) {
     std::string node = "redis://" + u.user + ":" + u.password + "@" + u.host + ":" + ports.substr(at, comma - at);
     auto admin = RedisAdmin::Connect(node);
     ASSERT_OK(admin);
-    RedisReply keys = (*admin)->Must({"KEYS", prefix + "v1/*/c/*"});
+    RedisReply keys = (*admin)->Must({"KEYS", prefix + "v2/*/c/*"});
     masters_holding += keys.elements.size() > 0;
     at = comma + 1;
   }
@@ -125,14 +125,8 @@ TEST(SharedTierRedis, ACorruptedValueIsRefusedAndDeleted) {
   const ModelFingerprint fp = FingerprintOf(cache);
   const Tokens tokens = Iota(6 * kC);
   ASSERT_OK(tier->Insert(fp, tokens, cache));
-  // Chunk 3's key from the backend: the value whose index is 3.
-  ASSERT_OK_AND_ASSIGN(auto keys, backend->Scan(prefix + "v1/", 100));
-  std::string victim;
-  for (const std::string& k : keys) {
-    auto v = backend->Get(std::vector<std::string>{k});
-    if (v.ok() && (*v)[0] && (*v)[0]->find("\"1.kvstore_chunk_index\":\"3\"") != std::string::npos) victim = k;
-  }
-  ASSERT_FALSE(victim.empty());
+  const ChunkNamespace ns = MakeChunkNamespace(fp, kC, {"s", prefix});
+  const std::string victim = ChunkKey(prefix, ns, ChunkKind::kRows, ChainHashes(ns, tokens, 4)[3]);
   auto admin = RedisAdmin::Connect(url);
   ASSERT_OK(admin);
   (*admin)->Must({"SETRANGE", victim, "3000", "behind your back"});
@@ -156,7 +150,7 @@ TEST(SharedTierRedis, AKeyOfAnotherTypeIsACountedMissAndDeleted) {
   const ModelFingerprint fp = FingerprintOf(cache);
   const Tokens tokens = Iota(6 * kC);
   ASSERT_OK(tier->Insert(fp, tokens, cache));
-  const ChunkNamespace ns = MakeChunkNamespace(fp, kC);
+  const ChunkNamespace ns = MakeChunkNamespace(fp, kC, {"s", prefix});
   const std::string key = ChunkKey(prefix, ns, ChunkKind::kRows, ChainHashes(ns, tokens, 4)[3]);
   ASSERT_OK(backend->Delete(std::vector<std::string>{key}));
   MustPutList(url, key);

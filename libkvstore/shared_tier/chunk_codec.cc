@@ -5,8 +5,8 @@
 
 #include "kvstore/prompt_cache_bytes.h"
 #include "libkvstore/format/bytes_io.h"
-#include "libkvstore/format/seal.h"
 #include "libkvstore/shared_tier/chunk_piece_shape.h"
+#include "libkvstore/shared_tier/sealed_value.h"
 #include "libkvstore/util/token_text.h"
 
 namespace kvstore {
@@ -177,41 +177,46 @@ Result<ChunkHeader> ChunkHeaderFromMetadata(const Metadata& metadata) {
 Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& header,
                                 const std::vector<std::shared_ptr<const Cache>>& pieces,
                                 const ChunkEncodeOptions& options) {
+  const bool sealed = options.ns != nullptr && options.ns->sealed();
   SavePromptCacheOptions save;
   save.layout = PromptCacheLayout::kMlxLm;
-  save.integrity = true;
-  save.digest = options.secret.empty() ? options.digest : DigestAlgorithm::kSha256;
+  // Inside the envelope the GCM tag authenticates every byte: no digests.
+  save.integrity = !sealed;
+  save.digest = options.digest;
   save.compression_level = options.compression_level;
   save.threads = 1;  // chunks are small; the caller runs many at once
-  WriterHooks hooks;
-  if (!options.secret.empty()) {
-    hooks.seal = [&](std::string_view header_hex, std::string_view tensors_json) {
-      return SealDigests(options.secret, key, header_hex, tensors_json);
-    };
-  }
   size_t tensor_bytes = 0;
   for (const auto& piece : pieces) {
     if (Result<CacheState> state = piece->State(); state.ok()) tensor_bytes += state->nbytes();
   }
   constexpr size_t kHeaderRoom = size_t{16} << 10;
-  return SaveLayersToString(
-      pieces.size(), [&](size_t i) -> Result<std::shared_ptr<const Cache>> { return pieces[i]; },
-      ChunkHeaderMetadata(header), save, hooks, tensor_bytes + kHeaderRoom);
+  KV_ASSIGN_OR_RETURN(
+      std::string plain,
+      SaveLayersToString(
+          pieces.size(), [&](size_t i) -> Result<std::shared_ptr<const Cache>> { return pieces[i]; },
+          ChunkHeaderMetadata(header), save, WriterHooks{}, tensor_bytes + kHeaderRoom));
+  if (!sealed) return plain;
+  return SealValue(options.ns->value_key, key, DigestBytes(options.ns->digest), plain);
+}
+
+Result<std::shared_ptr<const std::string>> PlainChunkValue(std::shared_ptr<const std::string> value,
+                                                           const std::string& key, const ChunkNamespace& ns) {
+  if (!ns.sealed()) return value;
+  return OpenSealedValue(ns.value_key, key, DigestBytes(ns.digest), *value);
 }
 
 Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const ChunkRequest& r, ChunkFault* fault) {
+  const bool sealed = r.ns->sealed();
+  Result<std::shared_ptr<const std::string>> plain = PlainChunkValue(std::move(value), r.key, *r.ns);
+  if (!plain.ok()) return Refuse(ChunkFault::kForged, fault, r.key, plain.status().message());
   PromptCacheReader::Options open;
   open.limits = ChunkParseLimits(r);
   open.threads = 1;
-  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(std::move(value), open);
+  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(std::move(plain).value(), open);
   if (!opened.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, opened.status().message());
   const PromptCacheReader& reader = **opened;
   const PromptCacheInfo& info = reader.info();
   if (!info.unsupported.empty()) return Refuse(ChunkFault::kCorrupt, fault, r.key, info.unsupported);
-  if (!r.secret.empty()) {
-    Status sealed = CheckSeal(info.header, r.secret, r.key);
-    if (!sealed.ok()) return Refuse(ChunkFault::kForged, fault, r.key, sealed.message());
-  }
   Result<ChunkHeader> header = ChunkHeaderFromMetadata(info.user_metadata);
   if (!header.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, header.status().message());
   if (std::string why = HeaderMismatch(*header, r); !why.empty()) {
@@ -223,9 +228,12 @@ Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const
   if (std::string why = PieceShapesProblem(info, *header, r); !why.empty()) {
     return Refuse(ChunkFault::kCorrupt, fault, r.key, why);
   }
-  Result<VerifyReport> verified = reader.Verify(1);
-  if (!verified.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, verified.status().message());
-  if (!verified->ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, "digests do not match the bytes");
+  if (!sealed) {  // a sealed value's tag has covered every byte
+    Result<VerifyReport> verified = reader.Verify(1);
+    if (!verified.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, verified.status().message());
+    if (!verified->has_digests) return Refuse(ChunkFault::kCorrupt, fault, r.key, "carries no digests");
+    if (!verified->ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, "digests do not match the bytes");
+  }
   DecodedChunk out;
   const int64_t end = (r.index + 1) * r.ns->chunk_tokens;
   for (size_t j = 0; j < reader.num_layers(); ++j) {

@@ -92,7 +92,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       Add(&Stats::values_read);
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys[i], ChunkKind::kRows, &ns.ns, i, tokens.subspan(i * c, c), &chain[i],
-                           i > 0 ? &chain[i - 1] : nullptr, &ns.leaves, secret()};
+                           i > 0 ? &chain[i - 1] : nullptr, &ns.leaves};
       bytes[j] = std::make_shared<const std::string>(std::move(*v));
       decoded[j] = DecodeChunk(bytes[j], request, &faults[j]);
       return Status::OK();
@@ -147,7 +147,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       Add(&Stats::values_read);
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys_k[0], ChunkKind::kSnapshot, &ns.ns, k - 1, tokens.subspan((k - 1) * c, c),
-                           &chain[k - 1], k > 1 ? &chain[k - 2] : nullptr, &ns.leaves, secret()};
+                           &chain[k - 1], k > 1 ? &chain[k - 2] : nullptr, &ns.leaves};
       ChunkFault fault = ChunkFault::kCorrupt;
       auto snapshot_bytes = std::make_shared<const std::string>(std::move(*v));
       Result<DecodedChunk> decoded = DecodeChunk(snapshot_bytes, request, &fault);
