@@ -255,6 +255,11 @@ class TieredPromptCache:
         if fingerprint is None and self._stored_structures is not None:
             # What the model made when it last inserted (before a restart).
             fingerprint = self._stored_structures.get(name)
+        if fingerprint is None and self._shared is not None:
+            # What another server of the fleet published (sealed like the chunks).
+            fingerprint = self._shared.published_model(name)
+            if fingerprint is not None:
+                self._fingerprints[name] = fingerprint
         return fingerprint
 
 
