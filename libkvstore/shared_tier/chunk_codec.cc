@@ -190,49 +190,61 @@ Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& heade
     if (Result<CacheState> state = piece->State(); state.ok()) tensor_bytes += state->nbytes();
   }
   constexpr size_t kHeaderRoom = size_t{16} << 10;
+  // The header room leaves space for the envelope's trailer: sealed in place.
   KV_ASSIGN_OR_RETURN(
-      std::string plain,
+      std::string value,
       SaveLayersToString(
           pieces.size(), [&](size_t i) -> Result<std::shared_ptr<const Cache>> { return pieces[i]; },
           ChunkHeaderMetadata(header), save, WriterHooks{}, tensor_bytes + kHeaderRoom));
-  if (!sealed) return plain;
-  return SealValue(options.ns->value_key, key, DigestBytes(options.ns->digest), plain);
+  if (sealed) {
+    KV_RETURN_IF_ERROR(SealInPlace(value, options.ns->value_key, key, DigestBytes(options.ns->digest)));
+  }
+  return value;
 }
 
-Result<std::shared_ptr<const std::string>> PlainChunkValue(std::shared_ptr<const std::string> value,
-                                                           const std::string& key, const ChunkNamespace& ns) {
-  if (!ns.sealed()) return value;
-  return OpenSealedValue(ns.value_key, key, DigestBytes(ns.digest), *value);
+Status OpenChunkValue(std::string& value, const std::string& key, const ChunkNamespace& ns) {
+  if (!ns.sealed()) return Status::OK();
+  SealedTrailer trailer;
+  return OpenInPlace(value, ns.value_key, key, DigestBytes(ns.digest), trailer);
 }
 
-Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const ChunkRequest& r, ChunkFault* fault) {
+Result<DecodedChunk> DecodeChunk(std::shared_ptr<std::string> value, const ChunkRequest& r, ChunkFault* fault) {
   const bool sealed = r.ns->sealed();
-  Result<std::shared_ptr<const std::string>> plain = PlainChunkValue(std::move(value), r.key, *r.ns);
-  if (!plain.ok()) return Refuse(ChunkFault::kForged, fault, r.key, plain.status().message());
+  SealedTrailer trailer;
+  if (sealed) {
+    Status opened = OpenInPlace(*value, r.ns->value_key, r.key, DigestBytes(r.ns->digest), trailer);
+    if (!opened.ok()) return Refuse(ChunkFault::kForged, fault, r.key, opened.message());
+  }
+  // A value refused after it was opened is sealed again, so that the
+  // caller's conditional delete compares the bytes the store holds.
+  auto refuse = [&](ChunkFault kind, std::string_view what) {
+    if (sealed) UndoOpen(*value, r.ns->value_key, trailer);
+    return Refuse(kind, fault, r.key, what);
+  };
   PromptCacheReader::Options open;
   open.limits = ChunkParseLimits(r);
   open.threads = 1;
-  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(std::move(plain).value(), open);
-  if (!opened.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, opened.status().message());
+  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(value, open);
+  if (!opened.ok()) return refuse(ChunkFault::kCorrupt, opened.status().message());
   const PromptCacheReader& reader = **opened;
   const PromptCacheInfo& info = reader.info();
-  if (!info.unsupported.empty()) return Refuse(ChunkFault::kCorrupt, fault, r.key, info.unsupported);
+  if (!info.unsupported.empty()) return refuse(ChunkFault::kCorrupt, info.unsupported);
   Result<ChunkHeader> header = ChunkHeaderFromMetadata(info.user_metadata);
-  if (!header.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, header.status().message());
+  if (!header.ok()) return refuse(ChunkFault::kCorrupt, header.status().message());
   if (std::string why = HeaderMismatch(*header, r); !why.empty()) {
-    return Refuse(ChunkFault::kMismatched, fault, r.key, why);
+    return refuse(ChunkFault::kMismatched, why);
   }
   if (std::string why = LayerListProblem(*header, r); !why.empty() || header->layers.size() != reader.num_layers()) {
-    return Refuse(ChunkFault::kCorrupt, fault, r.key, why.empty() ? "layer count disagrees with its list" : why);
+    return refuse(ChunkFault::kCorrupt, why.empty() ? "layer count disagrees with its list" : why);
   }
   if (std::string why = PieceShapesProblem(info, *header, r); !why.empty()) {
-    return Refuse(ChunkFault::kCorrupt, fault, r.key, why);
+    return refuse(ChunkFault::kCorrupt, why);
   }
   if (!sealed) {  // a sealed value's tag has covered every byte
     Result<VerifyReport> verified = reader.Verify(1);
-    if (!verified.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, verified.status().message());
-    if (!verified->has_digests) return Refuse(ChunkFault::kCorrupt, fault, r.key, "carries no digests");
-    if (!verified->ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, "digests do not match the bytes");
+    if (!verified.ok()) return refuse(ChunkFault::kCorrupt, verified.status().message());
+    if (!verified->has_digests) return refuse(ChunkFault::kCorrupt, "carries no digests");
+    if (!verified->ok()) return refuse(ChunkFault::kCorrupt, "digests do not match the bytes");
   }
   DecodedChunk out;
   const int64_t end = (r.index + 1) * r.ns->chunk_tokens;
@@ -240,14 +252,14 @@ Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const
     const std::string& path = header->layers[j];
     const LeafInfo& leaf = LeafAt(r, path);
     Result<std::shared_ptr<Cache>> piece = reader.ReadLayer(j);
-    if (!piece.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, piece.status().message());
+    if (!piece.ok()) return refuse(ChunkFault::kCorrupt, piece.status().message());
     if (r.kind == ChunkKind::kRows) {
       Result<LeafRows> rows = RowsOfPiece(**piece, leaf, r.ns->chunk_tokens);
-      if (!rows.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, rows.status().message());
+      if (!rows.ok()) return refuse(ChunkFault::kCorrupt, rows.status().message());
       out.rows[path] = std::move(rows).value();
     } else {
       Status ok = CheckSnapshotPiece(**piece, leaf, end);
-      if (!ok.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, ok.message());
+      if (!ok.ok()) return refuse(ChunkFault::kCorrupt, ok.message());
       out.snapshots[path] = std::move(piece).value();
     }
   }

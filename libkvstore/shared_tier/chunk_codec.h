@@ -90,16 +90,16 @@ struct DecodedChunk {
 
 // Decodes and checks `value` against `request`; on failure `fault` (if
 // given) says which kind of refusal the Corruption status is. A sealed
-// value is decrypted into a buffer of its own, which the pieces' arrays
-// then share.
-Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const ChunkRequest& request,
+// value is decrypted in place, and the pieces' arrays share its buffer; on
+// failure `*value` holds the bytes it was given (for a conditional delete).
+// REQUIRES: no one else reads `*value` during the call.
+Result<DecodedChunk> DecodeChunk(std::shared_ptr<std::string> value, const ChunkRequest& request,
                                  ChunkFault* fault = nullptr);
 
-// The plain value (a prompt-cache file) of a value stored under `key` in
-// namespace `ns`: the value itself unsealed, decrypted when sealed
-// (Corruption when its envelope does not open).
-Result<std::shared_ptr<const std::string>> PlainChunkValue(std::shared_ptr<const std::string> value,
-                                                           const std::string& key, const ChunkNamespace& ns);
+// Turns a value stored under `key` in namespace `ns` into its plain value
+// (a prompt-cache file) in place: nothing to do unsealed; decrypted when
+// sealed (Corruption, `value` unchanged, when its envelope does not open).
+Status OpenChunkValue(std::string& value, const std::string& key, const ChunkNamespace& ns);
 
 }  // namespace kvstore
 

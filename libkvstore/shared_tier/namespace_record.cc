@@ -13,21 +13,23 @@ Result<std::string> EncodeNamespaceRecord(const ChunkSealing& sealing, std::stri
   const std::string json = "{\"chunk_tokens\":" + std::to_string(chunk_tokens) +
                            ",\"fingerprint\":" + fingerprint.json() + ",\"format\":\"" + std::string(kRecordFormat) +
                            "\"}";
-  if (sealing.secret.empty()) return json;
-  return SealValue(RecordValueKey(sealing), key, {}, json);
+  std::string value = json;
+  if (!sealing.secret.empty()) KV_RETURN_IF_ERROR(SealInPlace(value, RecordValueKey(sealing), key, {}));
+  return value;
 }
 
 Result<NamespaceRecord> DecodeNamespaceRecord(const ChunkSealing& sealing, std::string_view key,
                                               std::string_view value, bool* forged) {
-  std::shared_ptr<const std::string> plain;
+  std::string plain;
   if (!sealing.secret.empty()) {
-    Result<std::shared_ptr<const std::string>> opened = OpenSealedValue(RecordValueKey(sealing), key, {}, value);
+    plain = std::string(value);
+    SealedTrailer trailer;
+    Status opened = OpenInPlace(plain, RecordValueKey(sealing), key, {}, trailer);
     if (!opened.ok()) {
       if (forged != nullptr) *forged = true;
-      return opened.status().WithPrefix("shared tier: " + std::string(key));
+      return opened.WithPrefix("shared tier: " + std::string(key));
     }
-    plain = std::move(opened).value();
-    value = *plain;
+    value = plain;
   }
   auto refuse = [&](std::string_view why) {
     return Status::Corruption("shared tier: " + std::string(key) + ": " + std::string(why));

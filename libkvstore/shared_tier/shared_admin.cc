@@ -129,9 +129,7 @@ Result<std::string> WholeValue(KvBackend& backend, std::string_view key) {
 
 // The plain value of a sealed chunk: its namespace's descriptor gives the
 // fingerprint, from which the secret derives the namespace's keys.
-Result<std::shared_ptr<const std::string>> UnsealChunk(KvBackend& backend, std::string_view key,
-                                                       std::shared_ptr<const std::string> value,
-                                                       std::string_view secret) {
+Status UnsealChunk(KvBackend& backend, std::string_view key, std::string& value, std::string_view secret) {
   const std::optional<ChunkKeyParts> parts = ParseChunkKey(key);
   if (!parts) return Status::Corruption("a sealed value under a key that is not a chunk key");
   const ChunkSealing sealing{secret, ChunkKeyPrefixOf(key)};
@@ -140,7 +138,7 @@ Result<std::shared_ptr<const std::string>> UnsealChunk(KvBackend& backend, std::
   KV_ASSIGN_OR_RETURN(NamespaceRecord record, DecodeNamespaceRecord(sealing, ns_key, descriptor));
   const ChunkNamespace ns = MakeChunkNamespace(record.fingerprint, record.chunk_tokens, sealing);
   if (ns.id != parts->ns_id) return Status::Corruption("the descriptor " + ns_key + " names another namespace");
-  return PlainChunkValue(std::move(value), std::string(key), ns);
+  return OpenChunkValue(value, std::string(key), ns);
 }
 
 // What a sealed value read without the secret shows: its size and what its key names.
@@ -170,21 +168,24 @@ Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view
   }
   KV_ASSIGN_OR_RETURN(std::optional<std::string> first8, std::move(range));
   if (!first8) return Status::NotFound("shared tier: no key " + std::string(key));
-  if (!std::string_view(*first8).starts_with(kZstdMagic) && !LooksSealed(*first8)) {
+  Status plain_header;
+  if (!std::string_view(*first8).starts_with(kZstdMagic)) {
     Result<SafetensorsHeader> header = HeaderOnly(backend, key, *first8);
-    if (!header.ok()) return header.status().WithPrefix(std::string(key));
-    KV_RETURN_IF_ERROR(FillFromHeader(*header, out).WithPrefix(std::string(key)));
-    return out;
+    if (header.ok()) {
+      KV_RETURN_IF_ERROR(FillFromHeader(*header, out).WithPrefix(std::string(key)));
+      return out;
+    }
+    plain_header = header.status().WithPrefix(std::string(key));
   }
+  // Compressed, sealed (its trailer says so), or not a chunk.
   KV_ASSIGN_OR_RETURN(std::string whole, WholeValue(backend, key));
-  auto value = std::make_shared<const std::string>(std::move(whole));
+  auto value = std::make_shared<std::string>(std::move(whole));
+  if (!plain_header.ok() && !LooksSealed(*value)) return plain_header;
   out.value_bytes = value->size();
   if (LooksSealed(*value)) {
     if (secret.empty()) return SealedInfo(key, value->size());
     out.sealed = true;
-    Result<std::shared_ptr<const std::string>> plain = UnsealChunk(backend, key, value, secret);
-    if (!plain.ok()) return plain.status().WithPrefix(std::string(key));
-    value = std::move(plain).value();
+    KV_RETURN_IF_ERROR(UnsealChunk(backend, key, *value, secret).WithPrefix(std::string(key)));
   }
   out.compressed = std::string_view(*value).starts_with(kZstdMagic);
   Result<std::unique_ptr<PromptCacheReader>> reader = OpenPromptCacheReader(std::move(value));
@@ -195,17 +196,13 @@ Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view
 
 Status VerifySharedChunk(KvBackend& backend, std::string_view key, std::string_view secret) {
   KV_ASSIGN_OR_RETURN(std::string whole, WholeValue(backend, key));
-  auto value = std::make_shared<const std::string>(std::move(whole));
+  auto value = std::make_shared<std::string>(std::move(whole));
   const bool sealed = LooksSealed(*value);
   if (sealed && secret.empty()) {
     return Status::Corruption(std::string(key) + ": the value is sealed; its check needs the secret");
   }
   if (!sealed && !secret.empty()) return Status::Corruption(std::string(key) + ": the value is not sealed");
-  if (sealed) {
-    Result<std::shared_ptr<const std::string>> plain = UnsealChunk(backend, key, value, secret);
-    if (!plain.ok()) return plain.status().WithPrefix(std::string(key));
-    value = std::move(plain).value();
-  }
+  if (sealed) KV_RETURN_IF_ERROR(UnsealChunk(backend, key, *value, secret).WithPrefix(std::string(key)));
   Result<std::unique_ptr<PromptCacheReader>> reader = OpenPromptCacheReader(std::move(value));
   if (!reader.ok()) return reader.status().WithPrefix(std::string(key));
   const PromptCacheInfo& info = (*reader)->info();

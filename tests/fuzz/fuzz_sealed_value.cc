@@ -12,9 +12,11 @@
 
 namespace {
 
-void Refused(std::shared_ptr<const std::string> value, const kvstore::ChunkRequest& request) {
+// Refused as forged, and the value left as it was (for a conditional delete).
+void Refused(std::string value, const kvstore::ChunkRequest& request) {
   kvstore::ChunkFault fault = kvstore::ChunkFault::kCorrupt;
-  if (kvstore::DecodeChunk(std::move(value), request, &fault).ok() || fault != kvstore::ChunkFault::kForged) {
+  auto bytes = std::make_shared<std::string>(value);
+  if (kvstore::DecodeChunk(bytes, request, &fault).ok() || fault != kvstore::ChunkFault::kForged || *bytes != value) {
     std::abort();
   }
 }
@@ -31,21 +33,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (kvstore::ChunkKind kind : {kvstore::ChunkKind::kRows, kvstore::ChunkKind::kSnapshot}) {
     const std::string key = kvstore::ChunkKey(sealing.key_prefix, ns, kind, chain);
     const kvstore::ChunkRequest request{key, kind, &ns, 0, tokens, &chain, nullptr, &leaves};
-    kvstore::Result<std::string> sealed =
-        kvstore::SealValue(ns.value_key, key, kvstore::DigestBytes(ns.digest), input);
-    if (!sealed.ok()) std::abort();
-    kvstore::Result<kvstore::DecodedChunk> chunk =
-        kvstore::DecodeChunk(std::make_shared<const std::string>(*sealed), request);
-    if (chunk.ok()) fuzz::CheckRebuilds(leaves, kind, *chunk);
+    std::string sealed(input);
+    if (!kvstore::SealInPlace(sealed, ns.value_key, key, kvstore::DigestBytes(ns.digest)).ok()) std::abort();
+    auto bytes = std::make_shared<std::string>(sealed);
+    kvstore::Result<kvstore::DecodedChunk> chunk = kvstore::DecodeChunk(bytes, request);
+    if (chunk.ok()) {
+      fuzz::CheckRebuilds(leaves, kind, *chunk);
+    } else if (*bytes != sealed) {
+      std::abort();  // a refused value is left as it was stored
+    }
     // Any changed bit, and any cut, is refused.
-    std::string flipped = *sealed;
+    std::string flipped = sealed;
     const size_t at = size > 0 ? (data[0] * 131 + size) % flipped.size() : 0;
     flipped[at] = static_cast<char>(flipped[at] ^ (1 << (size % 8)));
-    Refused(std::make_shared<const std::string>(std::move(flipped)), request);
-    Refused(std::make_shared<const std::string>(sealed->substr(0, sealed->size() - 1 - size % sealed->size())),
-            request);
+    Refused(std::move(flipped), request);
+    Refused(sealed.substr(0, sealed.size() - 1 - size % sealed.size()), request);
     // The raw input as an envelope.
-    (void)kvstore::DecodeChunk(std::make_shared<const std::string>(input), request);
+    (void)kvstore::DecodeChunk(std::make_shared<std::string>(input), request);
   }
   (void)kvstore::DecodeNamespaceRecord(sealing, "kvstore:v2/m/x", input);
   (void)kvstore::DecodeNamespaceRecord({}, "kvstore:v2/m/x", input);

@@ -8,7 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<kvstore::LeafInfo> leaves = kvstore::LeavesOf(fuzz::Model().spec()).value();
   static const std::vector<int32_t> tokens = {1, 2, 3, 4};
   static const kvstore::Sha256Digest chain = kvstore::ChainHashes(ns, tokens, 1)[0];
-  auto value = std::make_shared<const std::string>(reinterpret_cast<const char*>(data), size);
+  auto value = std::make_shared<std::string>(reinterpret_cast<const char*>(data), size);
   for (kvstore::ChunkKind kind : {kvstore::ChunkKind::kRows, kvstore::ChunkKind::kSnapshot}) {
     const std::string key = kvstore::ChunkKey("kvstore:", ns, kind, chain);
     kvstore::ChunkRequest request{key, kind, &ns, 0, tokens, &chain, nullptr, &leaves};
