@@ -5,8 +5,11 @@
 #include "libkvstore/shared_tier/sealed_value.h"
 
 namespace kvstore {
+namespace {
 
 constexpr std::string_view kRecordFormat = "kvstore-namespace/2";
+
+}  // namespace
 
 Result<std::string> EncodeNamespaceRecord(const ChunkSealing& sealing, std::string_view key,
                                           const ModelFingerprint& fingerprint, int64_t chunk_tokens) {
