@@ -117,6 +117,24 @@ TEST_F(SealedTierTest, KeysDependOnTheSecret) {
   EXPECT_EQ(keys.size(), 3u + 2u);
 }
 
+// Values under the previous version's keys (v1/, HMAC-sealed kvstore-chunk/1)
+// are never read: a clean miss, nothing refused.
+TEST_F(SealedTierTest, OldVersionKeysAreACleanMiss) {
+  auto writer = OpenTier(backend_.get(), kC, "s");
+  ASSERT_OK(writer->Insert(fp_, tokens_, cache_));
+  ASSERT_OK_AND_ASSIGN(auto keys, backend_->Scan("kvstore:v2/", 100));
+  std::vector<KvPut> old;
+  for (const std::string& key : keys) old.push_back({"kvstore:v1/" + key.substr(11), Value(key)});
+  ASSERT_OK(backend_->Delete(keys));
+  ASSERT_OK(backend_->PutIfAbsent(old));
+  auto reader = OpenTier(backend_.get(), kC, "s");
+  ASSERT_OK_AND_ASSIGN(auto hit, reader->Fetch(fp_, tokens_));
+  EXPECT_FALSE(hit.has_value());
+  EXPECT_FALSE(reader->PublishedModel(fp_.model_id()).has_value());
+  EXPECT_EQ(reader->stats().values_read, 0);
+  EXPECT_EQ(reader->stats().forged + reader->stats().corrupt, 0);
+}
+
 // A server that joins with an empty memory and disk learns the model's
 // structure from the tier and is served another server's prefix, bit for bit.
 TEST_F(SealedTierTest, AFreshServerIsServedFromItsFirstRequest) {
