@@ -123,10 +123,12 @@ TEST_F(SealedTierTest, OldVersionKeysAreACleanMiss) {
   auto writer = OpenTier(backend_.get(), kC, "s");
   ASSERT_OK(writer->Insert(fp_, tokens_, cache_));
   ASSERT_OK_AND_ASSIGN(auto keys, backend_->Scan("kvstore:v2/", 100));
-  std::vector<KvPut> old;
-  for (const std::string& key : keys) old.push_back({"kvstore:v1/" + key.substr(11), Value(key)});
+  std::vector<std::pair<std::string, std::string>> old;  // KvPut views these
+  for (const std::string& key : keys) old.emplace_back("kvstore:v1/" + key.substr(11), Value(key));
+  std::vector<KvPut> puts;
+  for (const auto& [key, value] : old) puts.push_back({key, value});
   ASSERT_OK(backend_->Delete(keys));
-  ASSERT_OK(backend_->PutIfAbsent(old));
+  ASSERT_OK(backend_->PutIfAbsent(puts));
   auto reader = OpenTier(backend_.get(), kC, "s");
   ASSERT_OK_AND_ASSIGN(auto hit, reader->Fetch(fp_, tokens_));
   EXPECT_FALSE(hit.has_value());
