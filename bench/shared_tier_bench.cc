@@ -1,5 +1,6 @@
-// The shared tier: chunk put/get (encode, SHA-256, HMAC, zero-copy decode,
-// checks, rebuild) against raw put/get of values of the same byte sizes on
+// The shared tier: sealed chunk put/get (encode, AES-256-GCM, decrypt into
+// the buffer the arrays share, checks, rebuild) against raw put/get of
+// values of the same byte sizes on
 // the same backend, in the same process; and the latency of fetching a
 // long cache from the shared tier and from the disk tier.
 //
@@ -68,7 +69,7 @@ void BM_SharedPutChunks(benchmark::State& state) {
     if (!tier->Insert(model, t, cache).ok()) state.SkipWithError("insert failed");
     bytes += tier->stats().bytes_written - before;
     state.PauseTiming();
-    kvstore::bench::DeletePrefix(*backend, "kvstore-bench:v1/");
+    kvstore::bench::DeletePrefix(*backend, "kvstore-bench:v2/");
     state.ResumeTiming();
   }
   state.SetBytesProcessed(bytes);
@@ -109,7 +110,7 @@ void BM_SharedGetChunks(benchmark::State& state) {
     bytes += tier->stats().bytes_read - before;
   }
   state.SetBytesProcessed(bytes);
-  kvstore::bench::DeletePrefix(*backend, "kvstore-bench:v1/");
+  kvstore::bench::DeletePrefix(*backend, "kvstore-bench:v2/");
 }
 BENCHMARK(BM_SharedGetChunks)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The shared tier's figures (docs/performance.md): chunk put/get (encode,
-# SHA-256, HMAC seal, checks, rebuild) against raw puts/gets of values of the
+# The shared tier's figures (docs/performance.md): sealed chunk put/get
+# (encode, AES-256-GCM, checks, rebuild) against raw puts/gets of values of the
 # same byte sizes through the same backend on the same Redis; fetch latency
 # p50/p99 of a 32k-token, 32-layer cache from Redis and from the disk tier;
 # dedup of the simulation when 10 conversations share an 8k-token system
@@ -38,6 +38,7 @@ rate() {  # rate NAME[/ARG]
 ms() { awk -v n="$1" -v s="$2" '$1 ~ "^" n "/" && $1 ~ "_" s "$" { print $2 }' "$dir/latency.txt"; }
 
 echo "redis single node on loopback; 16 chunks of 256 tokens x 32 layers x 1 head x 64 dims F16 (2 MiB a chunk)"
+echo "chunks sealed: AES-256-GCM under a secret (the default of this bench), no digests inside the envelope"
 echo "median of $reps runs, MB/s (10^6 bytes/s)"
 ps=$(rate BM_SharedPutChunks) rs=$(rate BM_RawPutSameSizes) pg=$(rate BM_SharedGetChunks) rg=$(rate BM_RawGetSameSizes)
 printf '%-24s %10s %10s %7s\n' "" chunks raw ratio

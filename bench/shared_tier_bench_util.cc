@@ -57,7 +57,7 @@ std::vector<std::string> ChunkSizedValues(int64_t chunks, int64_t layers, int64_
   (void)tier->Insert(ModelFingerprint::Of("bench", cache).value(), tokens, cache);
   std::mt19937_64 rng(7);
   std::vector<std::string> out;
-  Result<std::vector<std::string>> keys = scratch->Scan("kvstore:v1/", 1 << 20);
+  Result<std::vector<std::string>> keys = scratch->Scan("kvstore:v2/", 1 << 20);
   if (!keys.ok()) return out;
   for (const std::string& key : *keys) {
     if (key.find("/c/") == std::string::npos) continue;

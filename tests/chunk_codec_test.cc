@@ -48,8 +48,8 @@ class ChunkCodecTest : public ::testing::Test {
     return value.ok() ? *value : "";
   }
   Result<DecodedChunk> Decode(std::string value, ChunkFault* fault) const {
-    ChunkRequest r{key_, ChunkKind::kRows, &ns_, 0, tokens_, &chain_[0], nullptr, &leaves_, ""};
-    return DecodeChunk(std::make_shared<const std::string>(std::move(value)), r, fault);
+    ChunkRequest r{key_, ChunkKind::kRows, &ns_, 0, tokens_, &chain_[0], nullptr, &leaves_};
+    return DecodeChunk(std::make_shared<std::string>(std::move(value)), r, fault);
   }
 
   const Tokens tokens_ = Iota(kC);

@@ -46,19 +46,14 @@ class SharedPromptCacheTest : public ::testing::Test {
   const ModelFingerprint fp_ = testing::FingerprintOf(first_cache_);
   std::unique_ptr<KvBackend> backend_ = NewMemKvBackend();
 
-  std::string KeyOf(const Tokens& tokens, int64_t i, ChunkKind kind = ChunkKind::kRows) const {
-    const ChunkNamespace ns = MakeChunkNamespace(fp_, kC);
+  // The key of chunk i of `tokens` in a tier sealed with `secret` ("": unsealed).
+  std::string KeyOf(const Tokens& tokens, int64_t i, ChunkKind kind = ChunkKind::kRows,
+                    std::string_view secret = {}) const {
+    const ChunkNamespace ns = MakeChunkNamespace(fp_, kC, {secret, "kvstore:"});
     return ChunkKey("kvstore:", ns, kind, ChainHashes(ns, tokens, static_cast<size_t>(i + 1))[i]);
   }
-  std::string Value(const std::string& key) {
-    auto v = backend_->Get(std::vector<std::string>{key});
-    EXPECT_TRUE(v.ok() && (*v)[0].has_value()) << key;
-    return v.ok() && (*v)[0] ? *(*v)[0] : "";
-  }
-  void Replace(const std::string& key, const std::string& value) {
-    ASSERT_OK(backend_->Delete(std::vector<std::string>{key}));
-    ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{key, value}}));
-  }
+  std::string Value(const std::string& key) { return testing::ValueOf(*backend_, key); }
+  void Replace(const std::string& key, const std::string& value) { testing::ReplaceValue(*backend_, key, value); }
   bool Has(const std::string& key) { return (*backend_->Exists(std::vector<std::string>{key}))[0]; }
 };
 
@@ -142,30 +137,34 @@ TEST_F(SharedPromptCacheTest, CorruptValuesAreCountedDeletedAndNeverServed) {
   EXPECT_EQ(Value(key), good);
 }
 
-// With a secret, a value with valid digests but no seal, or a seal made
-// with another secret, is refused: writing to the store is not enough to
-// plant KV.
+// With a secret, a value with valid digests but no envelope, or an
+// envelope sealed with another secret, is refused: writing to the store is
+// not enough to plant KV.
 TEST_F(SharedPromptCacheTest, ForgedChunksWithValidDigestsAreRefused) {
   auto tier = OpenTier(backend_.get(), kC, "the secret");
   ASSERT_OK(tier->Insert(fp_, first_, first_cache_));
   const PromptCache planted = TwoLayers(static_cast<int64_t>(first_.size()), 666);
+  const std::string key = KeyOf(first_, 0, ChunkKind::kRows, "the secret");
   for (const std::string forger_secret : {"", "a guess"}) {
     SCOPED_TRACE("forger secret '" + forger_secret + "'");
     std::unique_ptr<KvBackend> scratch = NewMemKvBackend();
     auto forger = OpenTier(scratch.get(), kC, forger_secret);
     ASSERT_OK(forger->Insert(fp_, first_, planted));
-    auto forged = scratch->Get(std::vector<std::string>{KeyOf(first_, 0)});
+    auto forged = scratch->Get(std::vector<std::string>{KeyOf(first_, 0, ChunkKind::kRows, forger_secret)});
     ASSERT_OK(forged);
-    // The forged value is a well-formed chunk whose digests verify.
-    LoadPromptCacheOptions verify;
-    verify.verify = true;
-    ASSERT_OK(LoadPromptCacheFromString(std::make_shared<const std::string>(*(*forged)[0]), verify));
-    Replace(KeyOf(first_, 0), *(*forged)[0]);
+    ASSERT_TRUE((*forged)[0].has_value());
+    if (forger_secret.empty()) {
+      // The forged value is a well-formed chunk whose digests verify.
+      LoadPromptCacheOptions verify;
+      verify.verify = true;
+      ASSERT_OK(LoadPromptCacheFromString(std::make_shared<const std::string>(*(*forged)[0]), verify));
+    }
+    Replace(key, *(*forged)[0]);
     const int64_t before = tier->stats().forged;
     ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, first_));
     EXPECT_FALSE(hit.has_value());
     EXPECT_EQ(tier->stats().forged, before + 1);
-    EXPECT_FALSE(Has(KeyOf(first_, 0)));
+    EXPECT_FALSE(Has(key));
     ASSERT_OK(tier->Insert(fp_, first_, first_cache_));  // heal
   }
   ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, first_));
@@ -203,12 +202,12 @@ TEST_F(SharedPromptCacheTest, AValidChunkUnderAnotherKeyIsRefused) {
     // other's chunk 1 replaced by first_'s chunk 1 (same position, other tokens),
     // then by first_'s chunk 0 (another position).
     for (int64_t from : {1, 0}) {
-      Replace(KeyOf(other, 1), Value(KeyOf(first_, from)));
+      Replace(KeyOf(other, 1, ChunkKind::kRows, secret), Value(KeyOf(first_, from, ChunkKind::kRows, secret)));
       ASSERT_OK_AND_ASSIGN(auto hit, tier->Fetch(fp_, other));
       ASSERT_TRUE(hit.has_value());
       EXPECT_EQ(hit->tokens, kC);
       EXPECT_EQ(Describe(hit->cache), Describe(TrimmedTo(other_cache, kC)));
-      EXPECT_FALSE(Has(KeyOf(other, 1)));
+      EXPECT_FALSE(Has(KeyOf(other, 1, ChunkKind::kRows, secret)));
     }
     const SharedPromptCache::Stats s = tier->stats();
     EXPECT_EQ(secret.empty() ? s.mismatched : s.forged, 2);
@@ -266,7 +265,7 @@ TEST_F(SharedPromptCacheTest, AnotherModelNeverSeesTheChunks) {
 }
 
 TEST_F(SharedPromptCacheTest, ValuesArePromptCacheFilesWithTheChunkInTheirMetadata) {
-  auto tier = OpenTier(backend_.get(), kC, "s", false, "writer-7");
+  auto tier = OpenTier(backend_.get(), kC, "", false, "writer-7");
   ASSERT_OK(tier->Insert(fp_, first_, first_cache_));
   auto value = std::make_shared<const std::string>(Value(KeyOf(first_, 2)));
   ASSERT_OK_AND_ASSIGN(auto reader, OpenPromptCacheReader(value));
@@ -275,15 +274,15 @@ TEST_F(SharedPromptCacheTest, ValuesArePromptCacheFilesWithTheChunkInTheirMetada
   EXPECT_EQ(reader->info().layers[0].offset, kC);
   ASSERT_OK_AND_ASSIGN(VerifyReport verified, reader->Verify());
   EXPECT_TRUE(verified.ok());
+  EXPECT_EQ(reader->info().digest_algorithm, DigestAlgorithm::kXxh3_128);
   std::map<std::string, std::string> meta(reader->info().user_metadata.begin(), reader->info().user_metadata.end());
-  EXPECT_EQ(meta["kvstore_chunk_format"], "kvstore-chunk/1");
+  EXPECT_EQ(meta["kvstore_chunk_format"], "kvstore-chunk/2");
   EXPECT_EQ(meta["kvstore_chunk_index"], "2");
   EXPECT_EQ(meta["kvstore_chunk_writer"], "writer-7");
   EXPECT_EQ(meta["kvstore_chunk_layers"], "0,1");
-  EXPECT_EQ(meta.count("kvstore_hmac_sha256"), 0u);  // the seal is the format's, not user metadata
-  EXPECT_TRUE(reader->info().header.FindMetadata("1.kvstore_hmac_sha256").has_value());
+  EXPECT_FALSE(reader->info().header.FindMetadata("1.kvstore_hmac_sha256").has_value());
   // The namespace descriptor names the model.
-  auto names = backend_->Scan("kvstore:v1/ns/", 10);
+  auto names = backend_->Scan("kvstore:v2/ns/", 10);
   ASSERT_OK(names);
   ASSERT_EQ(names->size(), 1u);
   EXPECT_NE(Value((*names)[0]).find(fp_.json()), std::string::npos);

@@ -24,14 +24,15 @@ PromptCache CacheOf(int64_t tokens) {
 
 class SharedTierAdminTest : public ::testing::Test {
  protected:
+  explicit SharedTierAdminTest(std::string secret = "") : secret_(std::move(secret)) {}
   void SetUp() override {
-    auto a = testing::OpenTier(backend_.get(), kC, "s", false, "writer-a");
-    auto b = testing::OpenTier(backend_.get(), kC, "s", false, "writer-b");
+    auto a = testing::OpenTier(backend_.get(), kC, secret_, false, "writer-a");
+    auto b = testing::OpenTier(backend_.get(), kC, secret_, false, "writer-b");
     ASSERT_OK(a->Insert(fp_, first_, CacheOf(static_cast<int64_t>(first_.size()))));
     ASSERT_OK(b->Insert(fp_, second_, CacheOf(static_cast<int64_t>(second_.size()))));
   }
   std::string KeyOf(const Tokens& tokens, int64_t i) const {
-    const ChunkNamespace ns = MakeChunkNamespace(fp_, kC);
+    const ChunkNamespace ns = MakeChunkNamespace(fp_, kC, {secret_, "kvstore:"});
     return ChunkKey("kvstore:", ns, ChunkKind::kRows, ChainHashes(ns, tokens, static_cast<size_t>(i + 1))[i]);
   }
 
@@ -42,8 +43,14 @@ class SharedTierAdminTest : public ::testing::Test {
     for (int32_t i = 0; i < kC; ++i) t.push_back(-i - 1);
     return t;
   }();
+  const std::string secret_;
   const ModelFingerprint fp_ = testing::FingerprintOf(CacheOf(1));
   std::unique_ptr<KvBackend> backend_ = NewMemKvBackend();
+};
+
+class SealedSharedTierAdminTest : public SharedTierAdminTest {
+ protected:
+  SealedSharedTierAdminTest() : SharedTierAdminTest("s") {}
 };
 
 TEST_F(SharedTierAdminTest, NamespacesAndChains) {
@@ -87,10 +94,11 @@ TEST_F(SharedTierAdminTest, AChunkFromItsHeader) {
   EXPECT_EQ(info.classes, (std::vector<std::string>{"KVCache"}));
   ASSERT_EQ(info.tensors.size(), 2u);
   EXPECT_EQ(info.tensors[0].shape, (Shape{1, 2, kC, 8}));
-  EXPECT_TRUE(info.sealed);
+  EXPECT_FALSE(info.sealed);
   EXPECT_EQ(info.value_bytes, 0u);  // the header alone was read
-  EXPECT_OK(VerifySharedChunk(*backend_, KeyOf(first_, 4), "s"));
-  EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 4), "t"), HasCode(StatusCode::kCorruption, "HMAC"));
+  EXPECT_OK(VerifySharedChunk(*backend_, KeyOf(first_, 4), ""));
+  EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 4), "t"),
+              HasCode(StatusCode::kCorruption, "the value is not sealed"));
   EXPECT_THAT(ReadSharedChunkInfo(*backend_, "kvstore:nope"), HasCode(StatusCode::kNotFound, "nope"));
   ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{"kvstore:junk", "\x10\0\0\0\0\0\0\0{}"}}));
   EXPECT_THAT(ReadSharedChunkInfo(*backend_, "kvstore:junk"), HasCode(StatusCode::kCorruption, "kvstore:junk"));
@@ -101,8 +109,8 @@ TEST_F(SharedTierAdminTest, AChunkFromItsHeader) {
   ASSERT_OK(backend_->Delete(std::vector<std::string>{KeyOf(first_, 1)}));
   ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{KeyOf(first_, 1), bad}}));
   EXPECT_OK(ReadSharedChunkInfo(*backend_, KeyOf(first_, 1)));
-  EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 1), "s"),
-              HasCode(StatusCode::kCorruption, "': SHA-256 mismatch: expected "));
+  EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 1), ""),
+              HasCode(StatusCode::kCorruption, "': XXH3-128 mismatch: expected "));
 }
 
 // Without a secret nothing binds a value to its key but the chunk its
@@ -123,7 +131,7 @@ TEST_F(SharedTierAdminTest, AValueUnderAnotherKeyDoesNotVerifyWithoutASecret) {
   EXPECT_THAT(VerifySharedChunk(*backend_, theirs, ""),
               HasCode(StatusCode::kCorruption, theirs + ": the value's chain hash " + my_hash + " is not the key's " +
                                                    their_hash + " (a value copied under another key)"));
-  EXPECT_THAT(VerifySharedChunk(*backend_, theirs, "s"), HasCode(StatusCode::kCorruption, "HMAC"));
+  EXPECT_THAT(VerifySharedChunk(*backend_, theirs, "s"), HasCode(StatusCode::kCorruption, "not sealed"));
   // Under the snapshot key of its own chain hash, and under a key that names no chunk.
   const std::string snapshot_key = ChunkKeyPrefix("kvstore:", ns.id, ChunkKind::kSnapshot) + my_hash;
   plant(snapshot_key, copied);
@@ -152,6 +160,50 @@ TEST_F(SharedTierAdminTest, CompressedChunksAreReadWhole) {
   EXPECT_GT(info.value_bytes, 0u);
   EXPECT_EQ(info.index, 2);
   EXPECT_FALSE(info.sealed);
+}
+
+// Sealed values and descriptors: without the secret a tool sees that they
+// are sealed and their sizes; with it, what a plain value shows.
+TEST_F(SealedSharedTierAdminTest, SealedValuesOpenOnlyWithTheSecret) {
+  const std::string key = KeyOf(first_, 4);
+  ASSERT_OK_AND_ASSIGN(SharedChunkInfo hidden, ReadSharedChunkInfo(*backend_, key));
+  EXPECT_TRUE(hidden.sealed);
+  EXPECT_FALSE(hidden.opened);
+  EXPECT_GT(hidden.value_bytes, 2u * kC * 8 * 2);
+  EXPECT_EQ(hidden.chain, key.substr(key.size() - 64));
+  EXPECT_TRUE(hidden.layers.empty());
+  ASSERT_OK_AND_ASSIGN(SharedChunkInfo info, ReadSharedChunkInfo(*backend_, key, "s"));
+  EXPECT_TRUE(info.sealed);
+  EXPECT_TRUE(info.opened);
+  EXPECT_EQ(info.index, 4);
+  EXPECT_EQ(info.writer, "writer-a");
+  EXPECT_EQ(info.classes, (std::vector<std::string>{"KVCache"}));
+  EXPECT_OK(VerifySharedChunk(*backend_, key, "s"));
+  EXPECT_THAT(VerifySharedChunk(*backend_, key, ""), HasCode(StatusCode::kCorruption, "needs the secret"));
+  EXPECT_THAT(VerifySharedChunk(*backend_, key, "t"), HasCode(StatusCode::kCorruption, "does not verify"));
+  EXPECT_THAT(ReadSharedChunkInfo(*backend_, key, "t"), HasCode(StatusCode::kCorruption, "does not verify"));
+
+  ASSERT_OK_AND_ASSIGN(auto namespaces, ListSharedNamespaces(*backend_, "kvstore:"));
+  ASSERT_EQ(namespaces.size(), 1u);
+  EXPECT_FALSE(namespaces[0].fingerprint.has_value());
+  EXPECT_EQ(namespaces[0].error, "sealed: give the secret to read it");
+  EXPECT_EQ(namespaces[0].chunks, 6);
+  ASSERT_OK_AND_ASSIGN(namespaces, ListSharedNamespaces(*backend_, "kvstore:", 1000, "s"));
+  ASSERT_TRUE(namespaces[0].fingerprint.has_value());
+  EXPECT_EQ(namespaces[0].fingerprint->json(), fp_.json());
+  EXPECT_EQ(namespaces[0].id, MakeChunkNamespace(fp_, kC, {"s", "kvstore:"}).id);
+  ASSERT_OK_AND_ASSIGN(auto chains, ListSharedChains(*backend_, "kvstore:", namespaces[0].id, 1000, "s"));
+  ASSERT_EQ(chains.size(), 1u);
+  EXPECT_EQ(chains[0].longest, 5);
+
+  // A flipped byte anywhere: refused by the tag.
+  auto value = backend_->Get(std::vector<std::string>{KeyOf(first_, 1)});
+  std::string bad = *(*value)[0];
+  bad[bad.size() / 2] ^= 1;
+  ASSERT_OK(backend_->Delete(std::vector<std::string>{KeyOf(first_, 1)}));
+  ASSERT_OK(backend_->PutIfAbsent(std::vector<KvPut>{{KeyOf(first_, 1), bad}}));
+  EXPECT_THAT(VerifySharedChunk(*backend_, KeyOf(first_, 1), "s"),
+              HasCode(StatusCode::kCorruption, "does not verify"));
 }
 
 }  // namespace

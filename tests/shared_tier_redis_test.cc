@@ -1,10 +1,13 @@
 // The shared tier on real Redis servers: sharing between server processes'
 // tiers on a single node and across a cluster's masters, an ACL user
 // limited to the tier's prefix, corruption behind the tier's back, eviction
-// under maxmemory, a stopped or killed server (a miss within the timeout).
+// under maxmemory, a stopped or killed server (a miss within the timeout),
+// and a dump of a sealed tier that shows no token id and no K/V byte.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "kvstore/kv_cache.h"
 #include "kvstore/redis_backend.h"
@@ -36,6 +39,76 @@ std::unique_ptr<SharedPromptCache> TierOn(KvBackend* backend, const std::string&
   return SharedPromptCache::Open({.backend = backend, .key_prefix = prefix, .chunk_tokens = kC, .secret = "s",
                                   .writer_id = writer, .async_insert = false})
       .value();
+}
+
+// Every key under `prefix` and its value, as someone who can read the Redis sees them.
+std::vector<std::string> DumpValues(const std::string& url, KvBackend& backend, const std::string& prefix) {
+  auto admin = RedisAdmin::Connect(url);
+  EXPECT_OK(admin);
+  std::vector<std::string> keys;
+  for (const RedisReply& key : (*admin)->Must({"KEYS", prefix + "*"}).elements) keys.push_back(key.str);
+  std::vector<std::string> out;
+  auto values = backend.Get(keys);
+  EXPECT_OK(values);
+  for (const auto& v : *values) out.push_back(v.value_or(""));
+  return out;
+}
+
+// How many of the needles occur in any of the values.
+int Found(const std::vector<std::string>& values, const std::vector<std::string>& needles) {
+  int found = 0;
+  for (const std::string& needle : needles) {
+    found += std::any_of(values.begin(), values.end(),
+                         [&](const std::string& v) { return v.find(needle) != std::string::npos; });
+  }
+  return found;
+}
+
+// Without the secret a dump of Redis reveals no token id (as the decimal
+// text a header holds, or as little-endian int32 pairs) and no K/V byte
+// (any 16-byte piece of a tensor). The same search over an unsealed tier
+// finds them all, so it is a search that would see them.
+TEST(SharedTierRedis, ADumpOfASealedTierRevealsNoTokenAndNoKvByte) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_URL");
+  auto backend = Open(url);
+  ASSERT_NE(backend, nullptr);
+  const Tokens tokens = Iota(4 * kC, 7000001);
+  const PromptCache cache = Layers(4 * kC, 9);
+  const ModelFingerprint fp = FingerprintOf(cache);
+  std::vector<std::string> ids, pairs, kv;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ids.push_back(std::to_string(tokens[i]));
+    if (i + 1 < tokens.size()) {
+      std::string pair(8, '\0');
+      std::memcpy(pair.data(), &tokens[i], 8);  // little-endian hosts
+      pairs.push_back(pair);
+    }
+  }
+  for (const auto& layer : cache) {
+    const CacheState state = layer->State().value();  // KVCache: [keys, values]
+    for (size_t i = 0; i < state.size(); ++i) {
+      state[i].array().ForEachRun([&](std::span<const std::byte> run) {
+        for (size_t at = 0; at + 16 <= run.size(); at += 16) {
+          kv.emplace_back(reinterpret_cast<const char*>(run.data() + at), 16);
+        }
+      });
+    }
+  }
+  for (const bool sealed : {true, false}) {
+    SCOPED_TRACE(sealed ? "sealed" : "unsealed");
+    const std::string prefix = UniqueKeyPrefix() + (sealed ? "sealed:" : "plain:");
+    ASSERT_OK_AND_ASSIGN(auto tier, SharedPromptCache::Open({.backend = backend.get(), .key_prefix = prefix,
+                                                             .chunk_tokens = kC,
+                                                             .secret = sealed ? std::optional<std::string>("s")
+                                                                              : std::nullopt,
+                                                             .async_insert = false}));
+    ASSERT_OK(tier->Insert(fp, tokens, cache));
+    const std::vector<std::string> values = DumpValues(url, *backend, prefix);
+    EXPECT_EQ(values.size(), 4u + 2u);  // chunks, the descriptor and the model record
+    EXPECT_EQ(Found(values, ids), sealed ? 0 : static_cast<int>(ids.size()));
+    EXPECT_EQ(Found(values, pairs), 0);  // a plain header holds token ids as text
+    EXPECT_EQ(Found(values, kv), sealed ? 0 : static_cast<int>(kv.size()));
+  }
 }
 
 // Two server processes' tiers (own connections) share a prompt's chunks.
@@ -81,7 +154,7 @@ TEST(SharedTierRedis, ServersShareChunksSpreadOverTheClusterMasters) {
     std::string node = "redis://" + u.user + ":" + u.password + "@" + u.host + ":" + ports.substr(at, comma - at);
     auto admin = RedisAdmin::Connect(node);
     ASSERT_OK(admin);
-    RedisReply keys = (*admin)->Must({"KEYS", prefix + "v1/*/c/*"});
+    RedisReply keys = (*admin)->Must({"KEYS", prefix + "v2/*/c/*"});
     masters_holding += keys.elements.size() > 0;
     at = comma + 1;
   }
@@ -125,14 +198,8 @@ TEST(SharedTierRedis, ACorruptedValueIsRefusedAndDeleted) {
   const ModelFingerprint fp = FingerprintOf(cache);
   const Tokens tokens = Iota(6 * kC);
   ASSERT_OK(tier->Insert(fp, tokens, cache));
-  // Chunk 3's key from the backend: the value whose index is 3.
-  ASSERT_OK_AND_ASSIGN(auto keys, backend->Scan(prefix + "v1/", 100));
-  std::string victim;
-  for (const std::string& k : keys) {
-    auto v = backend->Get(std::vector<std::string>{k});
-    if (v.ok() && (*v)[0] && (*v)[0]->find("\"1.kvstore_chunk_index\":\"3\"") != std::string::npos) victim = k;
-  }
-  ASSERT_FALSE(victim.empty());
+  const ChunkNamespace ns = MakeChunkNamespace(fp, kC, {"s", prefix});
+  const std::string victim = ChunkKey(prefix, ns, ChunkKind::kRows, ChainHashes(ns, tokens, 4)[3]);
   auto admin = RedisAdmin::Connect(url);
   ASSERT_OK(admin);
   (*admin)->Must({"SETRANGE", victim, "3000", "behind your back"});
@@ -156,7 +223,7 @@ TEST(SharedTierRedis, AKeyOfAnotherTypeIsACountedMissAndDeleted) {
   const ModelFingerprint fp = FingerprintOf(cache);
   const Tokens tokens = Iota(6 * kC);
   ASSERT_OK(tier->Insert(fp, tokens, cache));
-  const ChunkNamespace ns = MakeChunkNamespace(fp, kC);
+  const ChunkNamespace ns = MakeChunkNamespace(fp, kC, {"s", prefix});
   const std::string key = ChunkKey(prefix, ns, ChunkKind::kRows, ChainHashes(ns, tokens, 4)[3]);
   ASSERT_OK(backend->Delete(std::vector<std::string>{key}));
   MustPutList(url, key);

@@ -97,6 +97,18 @@ inline std::unique_ptr<SharedPromptCache> OpenTier(KvBackend* backend, int64_t c
   return tier.ok() ? std::move(tier).value() : nullptr;
 }
 
+// The value of `key` ("" and a failure when absent).
+inline std::string ValueOf(KvBackend& backend, const std::string& key) {
+  auto v = backend.Get(std::vector<std::string>{key});
+  EXPECT_TRUE(v.ok() && (*v)[0].has_value()) << key;
+  return v.ok() && (*v)[0] ? *(*v)[0] : "";
+}
+// `key` made to hold `value`, as a writer behind the tier's back would.
+inline void ReplaceValue(KvBackend& backend, const std::string& key, const std::string& value) {
+  ASSERT_OK(backend.Delete(std::vector<std::string>{key}));
+  ASSERT_OK(backend.PutIfAbsent(std::vector<KvPut>{{key, value}}));
+}
+
 inline ModelFingerprint FingerprintOf(const PromptCache& cache, const std::string& model = "test-model") {
   Result<ModelFingerprint> fp = ModelFingerprint::Of(model, cache);
   EXPECT_TRUE(fp.ok()) << fp.status().ToString();

@@ -53,7 +53,7 @@ TEST(TenantSaltTest, NoSaltKeepsEveryKey) {
   EXPECT_EQ(StoreFileName("m", t), "29485540f37f95dc.safetensors");  // SHA-256("m\n1,2,3")
   const ChunkNamespace ns = MakeChunkNamespace(Model(), 16);
   EXPECT_EQ(ns.digest, Sha256(std::string_view("kvstore-namespace/1\n" + Model().json() + "\nchunk_tokens=16")));
-  EXPECT_EQ(ns.id, MakeChunkNamespace(Model(), 16, nullptr).id);
+  EXPECT_EQ(ns.id, MakeChunkNamespace(Model(), 16, {}, nullptr).id);
   EXPECT_EQ(ns.id, "208de783ba1a12d0a9de414d0ee35adc");
 }
 
@@ -65,7 +65,7 @@ TEST(TenantSaltTest, EveryTiersKeyDependsOnTheSalt) {
   const Tokens t = {1, 2, 3};
   EXPECT_NE(StoreFileName(SaltedStoreModelKey("m", &a), t), StoreFileName("m", t));
   const ChunkNamespace plain = MakeChunkNamespace(Model(), 16);
-  const ChunkNamespace na = MakeChunkNamespace(Model(), 16, &a), nb = MakeChunkNamespace(Model(), 16, &b);
+  const ChunkNamespace na = MakeChunkNamespace(Model(), 16, {}, &a), nb = MakeChunkNamespace(Model(), 16, {}, &b);
   EXPECT_NE(na.id, plain.id);
   EXPECT_NE(na.id, nb.id);
   EXPECT_EQ(na.digest, Sha256(std::string_view("kvstore-namespace/1\n" + Model().json() + "\nchunk_tokens=16\ntenant=" +
@@ -218,7 +218,7 @@ TEST(TenantSaltTest, TheSaltIsStoredNowhere) {
   EXPECT_GE(checked, 2);  // an entry and the manifest (and the lock)
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> keys, tiers.backend->Scan("", 1000));
   ASSERT_OK_AND_ASSIGN(auto values, tiers.backend->Get(keys));
-  EXPECT_EQ(keys.size(), 4u);  // the tenant's namespace descriptor, 3 chunks
+  EXPECT_EQ(keys.size(), 5u);  // the tenant's namespace descriptor, the model record, 3 chunks
   for (size_t i = 0; i < keys.size(); ++i) {
     EXPECT_FALSE(Contains(keys[i], kSecretSalt));
     ASSERT_TRUE(values[i].has_value());

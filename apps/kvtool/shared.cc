@@ -49,8 +49,19 @@ std::string TokenSpan(const kvstore::SharedChunkInfo& info) {
                        : "tokens " + std::to_string(first) + "-" + std::to_string(end);
 }
 
+// The secret options, shared by ls and inspect.
+void AddSecretOptions(CLI::App* app, SharedArgs& a) {
+  app->add_option("--secret", a.secret,
+                  "redis://: the seal's secret, which opens sealed values (visible in ps: prefer "
+                  "--secret-file or $KVSTORE_SHARED_SECRET)");
+  app->add_option("--secret-file", a.secret_file,
+                  "redis://: the seal's secret from this file (one trailing newline dropped)");
+}
+
 int LsNamespaces(kvstore::KvBackend& backend, const std::string& url, const SharedArgs& a, bool json) {
-  auto namespaces = kvstore::ListSharedNamespaces(backend, a.prefix);
+  auto secret = SecretOf(a);
+  if (!secret.ok()) return Fail(secret.status());
+  auto namespaces = kvstore::ListSharedNamespaces(backend, a.prefix, 1000000, *secret);
   if (!namespaces.ok()) return Fail(namespaces.status());
   if (json) {
     Json list = Json::MakeArray();
@@ -89,7 +100,9 @@ int LsNamespaces(kvstore::KvBackend& backend, const std::string& url, const Shar
 }
 
 int LsChains(kvstore::KvBackend& backend, const std::string& url, const SharedArgs& a, bool json) {
-  auto chains = kvstore::ListSharedChains(backend, a.prefix, a.ns);
+  auto secret = SecretOf(a);
+  if (!secret.ok()) return Fail(secret.status());
+  auto chains = kvstore::ListSharedChains(backend, a.prefix, a.ns, 100000, *secret);
   if (!chains.ok()) return Fail(chains.status());
   if (json) {
     Json list = Json::MakeArray();
@@ -151,6 +164,7 @@ std::shared_ptr<SharedArgs> AddSharedLsOptions(CLI::App* ls) {
       ->excludes(key_prefix)
       ->each([](const std::string&) { std::fputs("kvtool: note: --prefix is deprecated: use --key-prefix\n", stderr); });
   ls->add_option("--namespace", a->ns, "redis://: list the chains of chunks of this namespace")->check(NonEmpty());
+  AddSecretOptions(ls, *a);
   return a;
 }
 
@@ -158,11 +172,7 @@ std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect) {
   auto a = std::make_shared<SharedArgs>();
   inspect->add_option("--key", a->key, "redis://: the key of the chunk to inspect (ls URL --namespace NS shows them)")
       ->check(NonEmpty());
-  inspect->add_option("--secret", a->secret,
-                      "redis://: with --verify, also check the chunk's HMAC seal (visible in ps: prefer "
-                      "--secret-file or $KVSTORE_SHARED_SECRET)");
-  inspect->add_option("--secret-file", a->secret_file,
-                      "redis://: with --verify, the seal's secret from this file (one trailing newline dropped)");
+  AddSecretOptions(inspect, *a);
   return a;
 }
 
@@ -179,9 +189,9 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
   }
   auto backend = Connect(url);
   if (!backend.ok()) return Fail(backend.status());
-  auto secret = verify ? SecretOf(a) : kvstore::Result<std::string>(std::string());
+  auto secret = SecretOf(a);
   if (!secret.ok()) return Fail(secret.status());
-  auto info = kvstore::ReadSharedChunkInfo(**backend, a.key);
+  auto info = kvstore::ReadSharedChunkInfo(**backend, a.key, *secret);
   if (!info.ok()) return Fail(info.status());
   kvstore::Status verified = verify ? kvstore::VerifySharedChunk(**backend, a.key, *secret) : kvstore::Status::OK();
   if (json) {
@@ -195,6 +205,8 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
     j["parent"] = Json(info->parent);
     j["writer"] = Json(info->writer);
     j["sealed"] = Json(info->sealed);
+    j["opened"] = Json(info->opened);
+    j["value_bytes"] = Json(static_cast<int64_t>(info->value_bytes));
     j["compressed"] = Json(info->compressed);
     Json layers = Json::MakeArray();
     for (size_t i = 0; i < info->layers.size(); ++i) {
@@ -206,12 +218,19 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
     j["layers"] = std::move(layers);
     if (verify) {
       j["verified"] = Json(verified.ok());
-      j["seal_checked"] = Json(verified.ok() && !secret->empty());
+      j["seal_checked"] = Json(verified.ok() && info->sealed);
     }
     PrintJson(j);
   } else {
     // Everything but the counts comes from the value: printed escaped.
     std::printf("key: %s\n", TerminalText(info->key).c_str());
+    if (!info->opened) {
+      std::printf("kind: %s (from the key)\nchain: %s\nsealed: AES-256-GCM, %llu bytes (its contents need the secret: "
+                  "give --secret-file F or set KVSTORE_SHARED_SECRET)\n",
+                  info->snapshot ? "snapshot" : "rows", TerminalText(info->chain).c_str(),
+                  static_cast<unsigned long long>(info->value_bytes));
+      return verified.ok() ? kExitOk : Fail(verified);
+    }
     if (info->snapshot) {
       std::printf("kind: snapshot %s\n", TokenSpan(*info).c_str());
     } else {
@@ -220,7 +239,8 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
     std::printf("namespace: %s\nchain: %s\nparent: %s\nwriter: %s\nsealed: %s\ncompressed: %s\n",
                 TerminalText(info->ns_digest).c_str(), TerminalText(info->chain).c_str(),
                 info->parent.empty() ? "-" : TerminalText(info->parent).c_str(), TerminalText(info->writer).c_str(),
-                info->sealed ? "HMAC-SHA256" : "no", info->compressed ? "zstd" : "no");
+                info->sealed ? ("AES-256-GCM, " + std::to_string(info->value_bytes) + " bytes").c_str() : "no",
+                info->compressed ? "zstd" : "no");
     std::printf("%-6s %-8s %-18s %s\n", "layer", "path", "class", "tensors");
     for (size_t i = 0; i < info->layers.size(); ++i) {
       std::string tensors;
@@ -234,10 +254,8 @@ int InspectShared(const std::string& url, const SharedArgs& a, bool json, bool v
     }
     if (verify && verified.ok()) {
       // Digests alone prove nothing against a writer who recomputes them.
-      std::printf("verified: %s\n", !secret->empty() ? "digests and seal match"
-                                    : info->sealed    ? "digests match; seal NOT checked (no secret: give "
-                                                        "--secret-file F or set KVSTORE_SHARED_SECRET)"
-                                                      : "digests match; the value carries no seal");
+      std::printf("verified: %s\n", info->sealed ? "the seal opens (AES-256-GCM tag) and the chunk is its key's"
+                                                  : "digests match; the value carries no seal");
     }
   }
   return verified.ok() ? kExitOk : Fail(verified);

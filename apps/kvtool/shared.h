@@ -19,8 +19,9 @@ struct SharedArgs {
   std::string prefix = "kvstore:";  // --prefix
   std::string ns;                   // --namespace (ls)
   std::string key;                  // --key (inspect)
-  // inspect --verify: the seal's secret from --secret (visible to other
-  // users in ps), --secret-file, or else $KVSTORE_SHARED_SECRET.
+  // The seal's secret, which opens sealed values and descriptors: from
+  // --secret (visible to other users in ps), --secret-file, or else
+  // $KVSTORE_SHARED_SECRET.
   std::string secret;               // --secret
   std::string secret_file;          // --secret-file
 };
@@ -30,8 +31,10 @@ std::shared_ptr<SharedArgs> AddSharedInspectOptions(CLI::App* inspect);
 // kvtool ls URL: the namespaces under the prefix, or with --namespace the
 // chains of chunks in one.
 int LsShared(const std::string& url, const SharedArgs& args, bool json);
-// kvtool inspect URL --key KEY: one chunk from its header; --verify reads
-// it whole and checks its digests (and with --secret its seal).
+// kvtool inspect URL --key KEY: one chunk from its header (a sealed one
+// opened with the secret, else shown as sealed with its size); --verify
+// reads it whole and checks it (a plain one by its digests, a sealed one by
+// its GCM tag).
 int InspectShared(const std::string& url, const SharedArgs& args, bool json, bool verify);
 
 }  // namespace kvtool

@@ -5,7 +5,8 @@
 // Layout (docs/format.md §8): a cache is cut into chunks of C tokens
 // (chunk_tokens, fixed per namespace). Chunk i holds, for every layer, what
 // extends the cache from i*C to (i+1)*C tokens; its key is a SHA-256 hash
-// chain over (model fingerprint, C, tokens[0, (i+1)*C)), so two prompts
+// chain over (model fingerprint, C, tokens[0, (i+1)*C)) (keyed by the
+// secret when one is set), so two prompts
 // that share their first 10k tokens share those chunks whoever wrote them.
 // Layers whose state cannot be cut by tokens (ArraysCache, MambaCache, a
 // RotatingKVCache past its window) are stored as snapshots at the
@@ -17,8 +18,9 @@
 //
 // Never wrong KV: every value read is checked against what was asked
 // (namespace, chain position, chain hashes, tokens, digests, each layer's
-// class, dtype and shape, and with a secret the HMAC seal bound to the key
-// name) before it is used. A missing chunk ends the usable prefix there; a
+// class, dtype and shape; with a secret the AES-256-GCM envelope, bound to
+// the key name and namespace, which hides every token and K/V byte) before
+// it is used. A missing chunk ends the usable prefix there; a
 // corrupt, forged or mismatched one is a miss, counted, and its key
 // deleted unless another value has replaced it since it was read. A
 // backend error or timeout is a miss, counted.
@@ -53,9 +55,11 @@ struct SharedPromptCacheOptions {
   KvBackend* backend = nullptr;        // required; not owned, must outlive the cache
   std::string key_prefix = "kvstore:";  // every key starts with it (an ACL user may be limited to it)
   int64_t chunk_tokens = 256;           // C: tokens per chunk, part of the namespace
-  // Set: every chunk is sealed with HMAC-SHA256 under this secret, bound
-  // to its key name; unsealed or forged chunks are refused. All servers
-  // sharing a key prefix must use the same secret. nullopt: no seal. An
+  // Set: every value is encrypted and authenticated with AES-256-GCM under
+  // keys derived from this secret (HKDF-SHA256), bound to its key name and
+  // namespace, and key names are keyed by it (docs/format.md §8.6);
+  // unsealed or forged values are refused. All servers sharing a key
+  // prefix must use the same secret. nullopt: no seal. An
   // empty secret is refused (it would turn the seal off silently, e.g. from
   // an unset environment variable read with a "" default).
   std::optional<std::string> secret{};
@@ -131,6 +135,15 @@ class SharedPromptCache {
   // Waits until the queue is empty and no insert is being written.
   void Flush();
 
+  // The fingerprint another server published for `model_id` at this
+  // chunk size (its model record, written with its first insert), so that
+  // a server that joins a fleet is served from its first request; nullopt
+  // when none is published or the record is refused (counted as forged or
+  // corrupt), or on a backend error (counted). With a secret the record is
+  // sealed like the values; without one it is only as trustworthy as
+  // everyone who can write the store (docs/design.md).
+  std::optional<ModelFingerprint> PublishedModel(std::string_view model_id);
+
   struct Stats {
     int64_t fetches = 0;
     int64_t hits = 0;
@@ -140,7 +153,7 @@ class SharedPromptCache {
     int64_t bytes_read = 0;
     int64_t vanished = 0;    // present at EXISTS, gone at GET (evicted meanwhile)
     int64_t corrupt = 0;     // unreadable or failing their digests
-    int64_t forged = 0;      // unsealed or failing the HMAC (with a secret)
+    int64_t forged = 0;      // with a secret: no envelope, or one that does not open
     int64_t mismatched = 0;  // valid, but not the value asked for (copied or colliding)
     int64_t deleted = 0;     // keys deleted after one of the three above
     int64_t replaced_before_delete = 0;  // refused, but another value was written before the delete: kept
@@ -155,6 +168,8 @@ class SharedPromptCache {
     int64_t chunks_incomplete = 0;  // a layer lacked the rows: not written
     int64_t snapshots_written = 0;
     int64_t bytes_written = 0;  // value bytes this process stored
+    int64_t models_published = 0;  // model records this process stored
+    int64_t models_found = 0;      // PublishedModel calls answered
     std::string last_refusal;   // why the last refused value was refused
   };
   Stats stats() const;

@@ -1,6 +1,6 @@
 // TenantSalt: a request's tenant salt (vLLM's cache_salt) in the only form
 // the prompt-reuse tiers keep it: one 256-bit key per tier, derived from
-// the salt with HKDF-SHA256 (docs/format.md §8.6). Requests of different
+// the salt with HKDF-SHA256 (docs/format.md §8.7). Requests of different
 // salts never share a cached prefix in any tier; requests without a salt
 // use the keys they always had.
 //

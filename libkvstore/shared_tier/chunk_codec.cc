@@ -5,8 +5,8 @@
 
 #include "kvstore/prompt_cache_bytes.h"
 #include "libkvstore/format/bytes_io.h"
-#include "libkvstore/format/seal.h"
 #include "libkvstore/shared_tier/chunk_piece_shape.h"
+#include "libkvstore/shared_tier/sealed_value.h"
 #include "libkvstore/util/token_text.h"
 
 namespace kvstore {
@@ -177,69 +177,89 @@ Result<ChunkHeader> ChunkHeaderFromMetadata(const Metadata& metadata) {
 Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& header,
                                 const std::vector<std::shared_ptr<const Cache>>& pieces,
                                 const ChunkEncodeOptions& options) {
+  const bool sealed = options.ns != nullptr && options.ns->sealed();
   SavePromptCacheOptions save;
   save.layout = PromptCacheLayout::kMlxLm;
-  save.integrity = true;
-  save.digest = options.secret.empty() ? options.digest : DigestAlgorithm::kSha256;
+  // Inside the envelope the GCM tag authenticates every byte: no digests.
+  save.integrity = !sealed;
+  save.digest = options.digest;
   save.compression_level = options.compression_level;
   save.threads = 1;  // chunks are small; the caller runs many at once
-  WriterHooks hooks;
-  if (!options.secret.empty()) {
-    hooks.seal = [&](std::string_view header_hex, std::string_view tensors_json) {
-      return SealDigests(options.secret, key, header_hex, tensors_json);
-    };
-  }
   size_t tensor_bytes = 0;
   for (const auto& piece : pieces) {
     if (Result<CacheState> state = piece->State(); state.ok()) tensor_bytes += state->nbytes();
   }
   constexpr size_t kHeaderRoom = size_t{16} << 10;
-  return SaveLayersToString(
-      pieces.size(), [&](size_t i) -> Result<std::shared_ptr<const Cache>> { return pieces[i]; },
-      ChunkHeaderMetadata(header), save, hooks, tensor_bytes + kHeaderRoom);
+  // The header room leaves space for the envelope's trailer: sealed in place.
+  KV_ASSIGN_OR_RETURN(
+      std::string value,
+      SaveLayersToString(
+          pieces.size(), [&](size_t i) -> Result<std::shared_ptr<const Cache>> { return pieces[i]; },
+          ChunkHeaderMetadata(header), save, WriterHooks{}, tensor_bytes + kHeaderRoom));
+  if (sealed) {
+    KV_RETURN_IF_ERROR(SealInPlace(value, options.ns->value_key, key, DigestBytes(options.ns->digest)));
+  }
+  return value;
 }
 
-Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const ChunkRequest& r, ChunkFault* fault) {
+Status OpenChunkValue(std::string& value, const std::string& key, const ChunkNamespace& ns) {
+  if (!ns.sealed()) return Status::OK();
+  SealedTrailer trailer;
+  return OpenInPlace(value, ns.value_key, key, DigestBytes(ns.digest), trailer);
+}
+
+Result<DecodedChunk> DecodeChunk(std::shared_ptr<std::string> value, const ChunkRequest& r, ChunkFault* fault) {
+  const bool sealed = r.ns->sealed();
+  SealedTrailer trailer;
+  if (sealed) {
+    Status opened = OpenInPlace(*value, r.ns->value_key, r.key, DigestBytes(r.ns->digest), trailer);
+    if (!opened.ok()) return Refuse(ChunkFault::kForged, fault, r.key, opened.message());
+  }
+  // A value refused after it was opened is sealed again, so that the
+  // caller's conditional delete compares the bytes the store holds.
+  auto refuse = [&](ChunkFault kind, std::string_view what) {
+    if (sealed) UndoOpen(*value, r.ns->value_key, trailer);
+    return Refuse(kind, fault, r.key, what);
+  };
   PromptCacheReader::Options open;
   open.limits = ChunkParseLimits(r);
   open.threads = 1;
-  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(std::move(value), open);
-  if (!opened.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, opened.status().message());
+  Result<std::unique_ptr<PromptCacheReader>> opened = OpenPromptCacheReader(value, open);
+  if (!opened.ok()) return refuse(ChunkFault::kCorrupt, opened.status().message());
   const PromptCacheReader& reader = **opened;
   const PromptCacheInfo& info = reader.info();
-  if (!info.unsupported.empty()) return Refuse(ChunkFault::kCorrupt, fault, r.key, info.unsupported);
-  if (!r.secret.empty()) {
-    Status sealed = CheckSeal(info.header, r.secret, r.key);
-    if (!sealed.ok()) return Refuse(ChunkFault::kForged, fault, r.key, sealed.message());
-  }
+  if (!info.unsupported.empty()) return refuse(ChunkFault::kCorrupt, info.unsupported);
   Result<ChunkHeader> header = ChunkHeaderFromMetadata(info.user_metadata);
-  if (!header.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, header.status().message());
+  if (!header.ok()) return refuse(ChunkFault::kCorrupt, header.status().message());
   if (std::string why = HeaderMismatch(*header, r); !why.empty()) {
-    return Refuse(ChunkFault::kMismatched, fault, r.key, why);
+    return refuse(ChunkFault::kMismatched, why);
   }
   if (std::string why = LayerListProblem(*header, r); !why.empty() || header->layers.size() != reader.num_layers()) {
-    return Refuse(ChunkFault::kCorrupt, fault, r.key, why.empty() ? "layer count disagrees with its list" : why);
+    return refuse(ChunkFault::kCorrupt, why.empty() ? "layer count disagrees with its list" : why);
   }
   if (std::string why = PieceShapesProblem(info, *header, r); !why.empty()) {
-    return Refuse(ChunkFault::kCorrupt, fault, r.key, why);
+    return refuse(ChunkFault::kCorrupt, why);
   }
-  Result<VerifyReport> verified = reader.Verify(1);
-  if (!verified.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, verified.status().message());
-  if (!verified->ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, "digests do not match the bytes");
+  if (!sealed) {  // a sealed value's tag has covered every byte
+    Result<VerifyReport> verified = reader.Verify(1);
+    if (!verified.ok()) return refuse(ChunkFault::kCorrupt, verified.status().message());
+    if (!verified->has_digests) return refuse(ChunkFault::kCorrupt, "carries no digests");
+    if (!verified->ok()) return refuse(ChunkFault::kCorrupt, "digests do not match the bytes");
+  }
   DecodedChunk out;
   const int64_t end = (r.index + 1) * r.ns->chunk_tokens;
   for (size_t j = 0; j < reader.num_layers(); ++j) {
     const std::string& path = header->layers[j];
     const LeafInfo& leaf = LeafAt(r, path);
     Result<std::shared_ptr<Cache>> piece = reader.ReadLayer(j);
-    if (!piece.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, piece.status().message());
+    if (!piece.ok()) return refuse(ChunkFault::kCorrupt, piece.status().message());
     if (r.kind == ChunkKind::kRows) {
       Result<LeafRows> rows = RowsOfPiece(**piece, leaf, r.ns->chunk_tokens);
-      if (!rows.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, rows.status().message());
+      if (!rows.ok()) return refuse(ChunkFault::kCorrupt, rows.status().message());
       out.rows[path] = std::move(rows).value();
     } else {
       Status ok = CheckSnapshotPiece(**piece, leaf, end);
-      if (!ok.ok()) return Refuse(ChunkFault::kCorrupt, fault, r.key, ok.message());
+      if (!ok.ok()) return refuse(ChunkFault::kCorrupt, ok.message());
       out.snapshots[path] = std::move(piece).value();
     }
   }

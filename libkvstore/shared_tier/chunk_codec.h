@@ -1,10 +1,12 @@
-// The shared tier's values (docs/format.md §8.4): each is a prompt-cache
-// file (mlx-lm layout, SHA-256 digests, optionally zstd and an HMAC seal
-// bound to its key) whose layers are the pieces of the chunk's leaves and
-// whose user metadata says which chunk it is.
+// The shared tier's values (docs/format.md §8.4, §8.6): each is a
+// prompt-cache file (mlx-lm layout, optionally zstd) whose layers are the
+// pieces of the chunk's leaves and whose user metadata says which chunk it
+// is. Unsealed, the file carries XXH3-128 digests; in a sealed namespace it
+// carries none and is encrypted whole with AES-256-GCM (sealed_value.h),
+// whose tag authenticates every byte.
 //
 // Decoding treats the value as hostile and checks it against what was
-// asked before anything is used: the seal (when a secret is set), the
+// asked before anything is used: the envelope (sealed namespaces), the
 // format, kind, namespace, chain position, chain hashes and tokens, every
 // layer's class, dtypes and shapes as the header declares them (so no
 // tensor byte is decompressed or hashed for a value larger than its
@@ -27,7 +29,7 @@
 
 namespace kvstore {
 
-inline constexpr std::string_view kChunkFormat = "kvstore-chunk/1";
+inline constexpr std::string_view kChunkFormat = "kvstore-chunk/2";
 
 // What a chunk value says about itself (its user metadata).
 struct ChunkHeader {
@@ -47,17 +49,17 @@ Metadata ChunkHeaderMetadata(const ChunkHeader& header);
 Result<ChunkHeader> ChunkHeaderFromMetadata(const Metadata& metadata);
 
 struct ChunkEncodeOptions {
-  std::string_view secret;             // non-empty: seal with the key name
+  // The value's namespace: when it is sealed, the value is encrypted under
+  // its value key, bound to the key name and N, and carries no digests.
+  const ChunkNamespace* ns = nullptr;
   std::optional<int> compression_level;
   // The digests of an unsealed value: XXH3-128 (what catches corruption at
-  // memory speed). A sealed value keeps SHA-256 whatever this says: the
-  // HMAC seal covers the digests, so it is only as strong as they are
-  // collision resistant (docs/format.md §5.4, §8.4).
+  // memory speed).
   DigestAlgorithm digest = DigestAlgorithm::kXxh3_128;
 };
 
 // The value of `header` with one file layer per piece (in header.layers
-// order), sealed to `key` when a secret is given.
+// order), sealed to `key` in a sealed namespace.
 Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& header,
                                 const std::vector<std::shared_ptr<const Cache>>& pieces,
                                 const ChunkEncodeOptions& options);
@@ -65,7 +67,7 @@ Result<std::string> EncodeChunk(const std::string& key, const ChunkHeader& heade
 // Why a value was refused.
 enum class ChunkFault {
   kCorrupt,     // unreadable, or bytes that disagree with its digests
-  kForged,      // no seal, or a seal that does not verify (a secret is set)
+  kForged,      // in a sealed namespace: no envelope, or one that does not verify
   kMismatched,  // a readable chunk, but not the one asked for
 };
 
@@ -77,8 +79,7 @@ struct ChunkRequest {
   std::span<const int32_t> tokens;      // the chunk's tokens
   const Sha256Digest* chain = nullptr;  // H_i
   const Sha256Digest* parent = nullptr;  // H_{i-1}, null for i == 0
-  const std::vector<LeafInfo>* leaves = nullptr;
-  std::string_view secret;
+  const std::vector<LeafInfo>* leaves = nullptr;  // sealed when ns is
 };
 
 struct DecodedChunk {
@@ -88,9 +89,17 @@ struct DecodedChunk {
 };
 
 // Decodes and checks `value` against `request`; on failure `fault` (if
-// given) says which kind of refusal the Corruption status is.
-Result<DecodedChunk> DecodeChunk(std::shared_ptr<const std::string> value, const ChunkRequest& request,
+// given) says which kind of refusal the Corruption status is. A sealed
+// value is decrypted in place, and the pieces' arrays share its buffer; on
+// failure `*value` holds the bytes it was given (for a conditional delete).
+// REQUIRES: no one else reads `*value` during the call.
+Result<DecodedChunk> DecodeChunk(std::shared_ptr<std::string> value, const ChunkRequest& request,
                                  ChunkFault* fault = nullptr);
+
+// Turns a value stored under `key` in namespace `ns` into its plain value
+// (a prompt-cache file) in place: nothing to do unsealed; decrypted when
+// sealed (Corruption, `value` unchanged, when its envelope does not open).
+Status OpenChunkValue(std::string& value, const std::string& key, const ChunkNamespace& ns);
 
 }  // namespace kvstore
 

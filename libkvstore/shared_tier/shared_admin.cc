@@ -8,9 +8,10 @@
 #include "kvstore/prompt_cache_bytes.h"
 #include "kvstore/shared_tier_admin.h"
 #include "kvstore/user_path.h"
-#include "libkvstore/format/seal.h"
 #include "libkvstore/shared_tier/chunk_codec.h"
 #include "libkvstore/shared_tier/chunk_keys.h"
+#include "libkvstore/shared_tier/namespace_record.h"
+#include "libkvstore/shared_tier/sealed_value.h"
 #include "libkvstore/fingerprint/fingerprint_internal.h"
 
 namespace kvstore {
@@ -49,7 +50,6 @@ Status FillFromHeader(const SafetensorsHeader& header, SharedChunkInfo& out) {
   Metadata user;
   for (const auto& [k, v] : header.metadata) {
     if (k.starts_with("1.")) user.emplace_back(k.substr(2), v);
-    if (k == "1." + std::string(kHmacKey)) out.sealed = true;
   }
   KV_ASSIGN_OR_RETURN(ChunkHeader h, ChunkHeaderFromMetadata(user));
   out.snapshot = h.kind == ChunkKind::kSnapshot;
@@ -77,11 +77,11 @@ std::string Clipped(std::string_view field) {
 // kind, namespace and chain hash H_i, and H_i follows from the header's
 // namespace, parent and tokens; without a seal this is what gives away a
 // valid value copied under another key.
-Status CheckChunkAgainstKey(const ChunkHeader& h, std::string_view key) {
+Status CheckChunkAgainstKey(const ChunkHeader& h, std::string_view key, std::string_view secret) {
   const std::optional<ChunkKeyParts> parts = ParseChunkKey(key);
   if (!parts) {
     return Status::Corruption("holds the chunk of chain hash " + Clipped(h.chain) +
-                              ", but is not a chunk key (<prefix>v1/<namespace>/c/<chain hash>)");
+                              ", but is not a chunk key (<prefix>v2/<namespace>/c/<chain hash>)");
   }
   if (h.chain != parts->hash) {
     return Status::Corruption("the value's chain hash " + Clipped(h.chain) + " is not the key's " + parts->hash +
@@ -90,9 +90,6 @@ Status CheckChunkAgainstKey(const ChunkHeader& h, std::string_view key) {
   if (h.kind != parts->kind) {
     return Status::Corruption(h.kind == ChunkKind::kRows ? "a rows value under a snapshot key"
                                                          : "a snapshot value under a rows key");
-  }
-  if (!h.ns_digest.starts_with(parts->ns_id)) {
-    return Status::Corruption("the value's namespace " + Clipped(h.ns_digest) + " is not the key's " + parts->ns_id);
   }
   const std::optional<Sha256Digest> ns_digest = Sha256Digest::FromHex(h.ns_digest);
   const std::optional<Sha256Digest> parent = Sha256Digest::FromHex(h.parent);
@@ -103,7 +100,10 @@ Status CheckChunkAgainstKey(const ChunkHeader& h, std::string_view key) {
     return Status::Corruption("holds " + std::to_string(h.tokens.size()) + " tokens in a chunk of " +
                               std::to_string(h.chunk_tokens));
   }
-  const ChunkNamespace ns{*ns_digest, parts->ns_id, h.chunk_tokens};
+  const ChunkNamespace ns = DeriveChunkNamespace(*ns_digest, h.chunk_tokens, {secret, ChunkKeyPrefixOf(key)});
+  if (ns.id != parts->ns_id) {
+    return Status::Corruption("the value's namespace " + Clipped(h.ns_digest) + " is not the key's " + parts->ns_id);
+  }
   const std::string follows = NextChainHash(ns, parent ? &*parent : nullptr, h.tokens).ToHex();
   if (follows != h.chain) {
     return Status::Corruption("the value's chain hash " + h.chain + " does not follow from its parent and tokens (" +
@@ -127,9 +127,38 @@ Result<std::string> WholeValue(KvBackend& backend, std::string_view key) {
   return std::move(*values[0]);
 }
 
+// The plain value of a sealed chunk: its namespace's descriptor gives the
+// fingerprint, from which the secret derives the namespace's keys.
+Status UnsealChunk(KvBackend& backend, std::string_view key, std::string& value, std::string_view secret) {
+  const std::optional<ChunkKeyParts> parts = ParseChunkKey(key);
+  if (!parts) return Status::Corruption("a sealed value under a key that is not a chunk key");
+  const ChunkSealing sealing{secret, ChunkKeyPrefixOf(key)};
+  const std::string ns_key = NamespaceKey(sealing.key_prefix, parts->ns_id);
+  KV_ASSIGN_OR_RETURN(std::string descriptor, WholeValue(backend, ns_key));
+  KV_ASSIGN_OR_RETURN(NamespaceRecord record, DecodeNamespaceRecord(sealing, ns_key, descriptor));
+  const ChunkNamespace ns = MakeChunkNamespace(record.fingerprint, record.chunk_tokens, sealing);
+  if (ns.id != parts->ns_id) return Status::Corruption("the descriptor " + ns_key + " names another namespace");
+  return OpenChunkValue(value, std::string(key), ns);
+}
+
+// What a sealed value read without the secret shows: its size and what its key names.
+SharedChunkInfo SealedInfo(std::string_view key, uint64_t bytes) {
+  SharedChunkInfo out;
+  out.key = std::string(key);
+  out.sealed = true;
+  out.opened = false;
+  out.value_bytes = bytes;
+  out.index = -1;
+  if (const std::optional<ChunkKeyParts> parts = ParseChunkKey(key)) {
+    out.snapshot = parts->kind == ChunkKind::kSnapshot;
+    out.chain = parts->hash;
+  }
+  return out;
+}
+
 }  // namespace
 
-Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view key) {
+Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view key, std::string_view secret) {
   SharedChunkInfo out;
   out.key = std::string(key);
   Result<std::optional<std::string>> range = backend.GetRange(key, 0, 8);
@@ -139,32 +168,48 @@ Result<SharedChunkInfo> ReadSharedChunkInfo(KvBackend& backend, std::string_view
   }
   KV_ASSIGN_OR_RETURN(std::optional<std::string> first8, std::move(range));
   if (!first8) return Status::NotFound("shared tier: no key " + std::string(key));
+  Status plain_header;
   if (!std::string_view(*first8).starts_with(kZstdMagic)) {
     Result<SafetensorsHeader> header = HeaderOnly(backend, key, *first8);
-    if (!header.ok()) return header.status().WithPrefix(std::string(key));
-    KV_RETURN_IF_ERROR(FillFromHeader(*header, out).WithPrefix(std::string(key)));
-    return out;
+    if (header.ok()) {
+      KV_RETURN_IF_ERROR(FillFromHeader(*header, out).WithPrefix(std::string(key)));
+      return out;
+    }
+    plain_header = header.status().WithPrefix(std::string(key));
   }
-  KV_ASSIGN_OR_RETURN(std::string value, WholeValue(backend, key));
-  out.compressed = true;
-  out.value_bytes = value.size();
-  Result<std::unique_ptr<PromptCacheReader>> reader =
-      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(value)));
+  // Compressed, sealed (its trailer says so), or not a chunk.
+  KV_ASSIGN_OR_RETURN(std::string whole, WholeValue(backend, key));
+  auto value = std::make_shared<std::string>(std::move(whole));
+  if (!plain_header.ok() && !LooksSealed(*value)) return plain_header;
+  out.value_bytes = value->size();
+  if (LooksSealed(*value)) {
+    if (secret.empty()) return SealedInfo(key, value->size());
+    out.sealed = true;
+    KV_RETURN_IF_ERROR(UnsealChunk(backend, key, *value, secret).WithPrefix(std::string(key)));
+  }
+  out.compressed = std::string_view(*value).starts_with(kZstdMagic);
+  Result<std::unique_ptr<PromptCacheReader>> reader = OpenPromptCacheReader(std::move(value));
   if (!reader.ok()) return reader.status().WithPrefix(std::string(key));
   KV_RETURN_IF_ERROR(FillFromHeader((*reader)->info().header, out).WithPrefix(std::string(key)));
   return out;
 }
 
 Status VerifySharedChunk(KvBackend& backend, std::string_view key, std::string_view secret) {
-  KV_ASSIGN_OR_RETURN(std::string value, WholeValue(backend, key));
-  Result<std::unique_ptr<PromptCacheReader>> reader =
-      OpenPromptCacheReader(std::make_shared<const std::string>(std::move(value)));
+  KV_ASSIGN_OR_RETURN(std::string whole, WholeValue(backend, key));
+  auto value = std::make_shared<std::string>(std::move(whole));
+  const bool sealed = LooksSealed(*value);
+  if (sealed && secret.empty()) {
+    return Status::Corruption(std::string(key) + ": the value is sealed; its check needs the secret");
+  }
+  if (!sealed && !secret.empty()) return Status::Corruption(std::string(key) + ": the value is not sealed");
+  if (sealed) KV_RETURN_IF_ERROR(UnsealChunk(backend, key, *value, secret).WithPrefix(std::string(key)));
+  Result<std::unique_ptr<PromptCacheReader>> reader = OpenPromptCacheReader(std::move(value));
   if (!reader.ok()) return reader.status().WithPrefix(std::string(key));
   const PromptCacheInfo& info = (*reader)->info();
-  if (!secret.empty()) KV_RETURN_IF_ERROR(CheckSeal(info.header, secret, key).WithPrefix(std::string(key)));
   Result<ChunkHeader> header = ChunkHeaderFromMetadata(info.user_metadata);
   if (!header.ok()) return header.status().WithPrefix(std::string(key));
-  KV_RETURN_IF_ERROR(CheckChunkAgainstKey(*header, key).WithPrefix(std::string(key)));
+  KV_RETURN_IF_ERROR(CheckChunkAgainstKey(*header, key, secret).WithPrefix(std::string(key)));
+  if (sealed) return Status::OK();  // the tag covered every byte
   KV_ASSIGN_OR_RETURN(VerifyReport report, (*reader)->Verify(1));
   if (!report.has_digests) return Status::Corruption(std::string(key) + ": the value carries no digests");
   KV_RETURN_IF_ERROR(report.ToStatus(key));
@@ -172,7 +217,7 @@ Status VerifySharedChunk(KvBackend& backend, std::string_view key, std::string_v
 }
 
 Result<std::vector<SharedNamespaceInfo>> ListSharedNamespaces(KvBackend& backend, std::string_view key_prefix,
-                                                              size_t limit) {
+                                                              size_t limit, std::string_view secret) {
   KV_ASSIGN_OR_RETURN(std::vector<std::string> keys, backend.Scan(NamespaceKeyPrefix(key_prefix), limit));
   std::sort(keys.begin(), keys.end());
   std::vector<SharedNamespaceInfo> out;
@@ -180,21 +225,16 @@ Result<std::vector<SharedNamespaceInfo>> ListSharedNamespaces(KvBackend& backend
     SharedNamespaceInfo ns;
     ns.key = key;
     ns.id = key.substr(NamespaceKeyPrefix(key_prefix).size());
-    const std::string get[] = {key};
-    KV_ASSIGN_OR_RETURN(auto value, backend.Get(get));
-    Result<Json> j = value[0] ? Json::Parse(*value[0]) : Result<Json>(Status::NotFound("vanished"));
-    const Json* fp = j.ok() && j->is_object() ? j->Find("fingerprint") : nullptr;
-    const Json* c = j.ok() && j->is_object() ? j->Find("chunk_tokens") : nullptr;
-    const std::optional<int64_t> chunk_tokens = c != nullptr ? AsInt64(*c) : std::nullopt;
-    if (fp != nullptr && chunk_tokens) {
-      Json::DumpOptions sorted;
-      sorted.sort_keys = true;
-      Result<ModelFingerprint> parsed = ModelFingerprint::FromJson(fp->Dump(sorted));
-      if (parsed.ok()) ns.fingerprint = *parsed;
-      if (!parsed.ok()) ns.error = std::string(parsed.status().message());
-      ns.chunk_tokens = *chunk_tokens;
+    Result<std::string> value = WholeValue(backend, key);
+    Result<NamespaceRecord> record =
+        !value.ok()                                ? Result<NamespaceRecord>(value.status())
+        : LooksSealed(*value) && secret.empty() ? Result<NamespaceRecord>(Status::FailedPrecondition("sealed: give the secret to read it"))
+                                                  : DecodeNamespaceRecord({secret, key_prefix}, key, *value);
+    if (record.ok()) {
+      ns.fingerprint = record->fingerprint;
+      ns.chunk_tokens = record->chunk_tokens;
     } else {
-      ns.error = "unreadable namespace descriptor";
+      ns.error = std::string(record.status().message());
     }
     KV_ASSIGN_OR_RETURN(auto rows, backend.Scan(ChunkKeyPrefix(key_prefix, ns.id, ChunkKind::kRows), limit));
     KV_ASSIGN_OR_RETURN(auto snaps, backend.Scan(ChunkKeyPrefix(key_prefix, ns.id, ChunkKind::kSnapshot), limit));
@@ -206,12 +246,12 @@ Result<std::vector<SharedNamespaceInfo>> ListSharedNamespaces(KvBackend& backend
 }
 
 Result<std::vector<SharedChainInfo>> ListSharedChains(KvBackend& backend, std::string_view key_prefix,
-                                                      std::string_view ns_id, size_t limit) {
+                                                      std::string_view ns_id, size_t limit, std::string_view secret) {
   KV_ASSIGN_OR_RETURN(auto rows, backend.Scan(ChunkKeyPrefix(key_prefix, ns_id, ChunkKind::kRows), limit));
   KV_ASSIGN_OR_RETURN(auto snaps, backend.Scan(ChunkKeyPrefix(key_prefix, ns_id, ChunkKind::kSnapshot), limit));
   std::map<std::string, SharedChunkInfo> by_chain;
   for (const std::string& key : rows) {
-    Result<SharedChunkInfo> info = ReadSharedChunkInfo(backend, key);
+    Result<SharedChunkInfo> info = ReadSharedChunkInfo(backend, key, secret);
     if (info.ok()) by_chain.emplace(info->chain, std::move(info).value());  // unreadable or vanished: skipped
   }
   std::map<std::string, std::vector<const SharedChunkInfo*>> children;

@@ -84,7 +84,7 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
     // Decode the batch on several threads, then take it in chain order.
     std::vector<std::optional<Result<DecodedChunk>>> decoded(static_cast<size_t>(last - first));
     std::vector<ChunkFault> faults(decoded.size(), ChunkFault::kCorrupt);
-    std::vector<std::shared_ptr<const std::string>> bytes(decoded.size());  // kept for a conditional delete
+    std::vector<std::shared_ptr<std::string>> bytes(decoded.size());  // kept for a conditional delete
     (void)pool->ParallelFor(decoded.size(), options.codec_threads, [&](size_t j) -> Status {
       const int64_t i = first + static_cast<int64_t>(j);
       std::optional<std::string>& v = values->values[j];
@@ -92,8 +92,8 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       Add(&Stats::values_read);
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys[i], ChunkKind::kRows, &ns.ns, i, tokens.subspan(i * c, c), &chain[i],
-                           i > 0 ? &chain[i - 1] : nullptr, &ns.leaves, secret()};
-      bytes[j] = std::make_shared<const std::string>(std::move(*v));
+                           i > 0 ? &chain[i - 1] : nullptr, &ns.leaves};
+      bytes[j] = std::make_shared<std::string>(std::move(*v));
       decoded[j] = DecodeChunk(bytes[j], request, &faults[j]);
       return Status::OK();
     });
@@ -147,9 +147,9 @@ Result<std::optional<SharedPromptCache::Hit>> SharedPromptCache::Impl::Fetch(con
       Add(&Stats::values_read);
       Add(&Stats::bytes_read, static_cast<int64_t>(v->size()));
       ChunkRequest request{keys_k[0], ChunkKind::kSnapshot, &ns.ns, k - 1, tokens.subspan((k - 1) * c, c),
-                           &chain[k - 1], k > 1 ? &chain[k - 2] : nullptr, &ns.leaves, secret()};
+                           &chain[k - 1], k > 1 ? &chain[k - 2] : nullptr, &ns.leaves};
       ChunkFault fault = ChunkFault::kCorrupt;
-      auto snapshot_bytes = std::make_shared<const std::string>(std::move(*v));
+      auto snapshot_bytes = std::make_shared<std::string>(std::move(*v));
       Result<DecodedChunk> decoded = DecodeChunk(snapshot_bytes, request, &fault);
       if (!decoded.ok()) {
         Refused(keys_k[0], snapshot_bytes.get(), fault, decoded.status());

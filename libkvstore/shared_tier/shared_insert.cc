@@ -3,6 +3,7 @@
 // stored with SET NX in batches of about max_batch_bytes.
 #include <algorithm>
 
+#include "libkvstore/shared_tier/namespace_record.h"
 #include "libkvstore/shared_tier/shared_tier.h"
 
 namespace kvstore {
@@ -164,7 +165,7 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
     return present.status();
   }
 
-  const ChunkEncodeOptions encode{secret(), options.compression_level};
+  const ChunkEncodeOptions encode{&ns.ns, options.compression_level};
   PutBatch batch(*this);
   std::vector<int64_t> missing;
   for (int64_t i = 0; i < count; ++i) {
@@ -217,14 +218,26 @@ Status SharedPromptCache::Impl::Write(const InsertJob& job) {
     KV_RETURN_IF_ERROR(batch.Add(keys[key], std::move(value), true));
   }
   KV_RETURN_IF_ERROR(batch.Finish());
-  if (!ns.descriptor_written.load()) {
-    const std::string descriptor = "{\"chunk_tokens\":" + std::to_string(c) +
-                                   ",\"fingerprint\":" + ns.fingerprint.json() + ",\"format\":\"kvstore-namespace/1\"}";
-    const std::string key = NamespaceKey(prefix, ns.ns.id);
-    const KvPut put[] = {{key, descriptor}};
-    if (options.backend->PutIfAbsent(put).ok()) ns.descriptor_written = true;
-  }
+  if (!ns.descriptor_written.load()) Publish(ns);
   return Status::OK();
+}
+
+void SharedPromptCache::Impl::Publish(const SharedNamespace& ns) {
+  const ChunkSealing sealing = this->sealing();
+  const std::string keys[] = {NamespaceKey(options.key_prefix, ns.ns.id),
+                              ModelRecordKey(sealing, ns.fingerprint.model_id(), ns.ns.chunk_tokens)};
+  Result<std::string> values[] = {EncodeNamespaceRecord(sealing, keys[0], ns.fingerprint, ns.ns.chunk_tokens),
+                                  EncodeNamespaceRecord(sealing, keys[1], ns.fingerprint, ns.ns.chunk_tokens)};
+  if (!values[0].ok() || !values[1].ok()) return;
+  // The first writer of a model id wins: a record is never overwritten.
+  const KvPut puts[] = {{keys[0], *values[0]}, {keys[1], *values[1]}};
+  Result<std::vector<bool>> written = OnePerKey(options.backend->PutIfAbsent(puts), 2);
+  if (!written.ok()) {
+    Add(&Stats::backend_errors);
+    return;
+  }
+  if ((*written)[1]) Add(&Stats::models_published);
+  ns.descriptor_written = true;
 }
 
 }  // namespace kvstore

@@ -6,6 +6,7 @@
 
 #include "kvstore/zstd_seekable.h"
 #include "libkvstore/cache/cache_leaves.h"
+#include "libkvstore/shared_tier/namespace_record.h"
 #include "libkvstore/shared_tier/shared_tier.h"
 
 namespace kvstore {
@@ -40,7 +41,7 @@ std::shared_ptr<const SharedNamespace> SharedPromptCache::Impl::NamespaceFor(con
   // A cache (one entry per model and tenant): bounded, as tenants are many.
   if (namespaces.size() >= kMaxCachedNamespaces) namespaces.clear();
   auto ns = std::make_shared<SharedNamespace>(model);
-  ns->ns = MakeChunkNamespace(model, options.chunk_tokens, tenant);
+  ns->ns = MakeChunkNamespace(model, options.chunk_tokens, sealing(), tenant);
   Result<std::vector<LeafInfo>> leaves = LeavesOf(ns->fingerprint.spec());
   ns->supported = leaves.status();
   if (leaves.ok()) ns->leaves = std::move(leaves).value();
@@ -174,6 +175,35 @@ Status SharedPromptCache::Insert(const ModelFingerprint& model, std::span<const 
 
 void SharedPromptCache::Flush() {
   if (impl_->inserts) impl_->inserts->Flush();
+}
+
+std::optional<ModelFingerprint> SharedPromptCache::PublishedModel(std::string_view model_id) {
+  const ChunkSealing sealing = impl_->sealing();
+  const std::string key = ModelRecordKey(sealing, model_id, impl_->options.chunk_tokens);
+  Result<ValueBatch> got = GetValues(*impl_->options.backend, std::span<const std::string>(&key, 1));
+  if (!got.ok()) {
+    impl_->Add(&Stats::backend_errors);
+    return std::nullopt;
+  }
+  if (got->other_type[0]) {
+    impl_->RefusedOtherType(key);
+    return std::nullopt;
+  }
+  if (!got->values[0]) return std::nullopt;
+  const std::string& value = *got->values[0];
+  impl_->Add(&Stats::values_read);
+  bool forged = false;
+  Result<NamespaceRecord> record = DecodeNamespaceRecord(sealing, key, value, &forged);
+  if (record.ok() && (record->chunk_tokens != impl_->options.chunk_tokens ||
+                      record->fingerprint.model_id() != model_id)) {
+    record = Status::Corruption("shared tier: " + key + ": a model record for another model or chunk size");
+  }
+  if (!record.ok()) {
+    impl_->Refused(key, &value, forged ? ChunkFault::kForged : ChunkFault::kCorrupt, record.status());
+    return std::nullopt;
+  }
+  impl_->Add(&Stats::models_found);
+  return std::move(record->fingerprint);
 }
 
 SharedPromptCache::Stats SharedPromptCache::stats() const {

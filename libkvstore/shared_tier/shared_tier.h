@@ -61,6 +61,7 @@ struct SharedPromptCache::Impl {
   SharedPromptCacheOptions options;
   // The seal's secret, empty for none (Open refuses an empty one).
   std::string_view secret() const { return options.secret ? std::string_view(*options.secret) : std::string_view(); }
+  ChunkSealing sealing() const { return {secret(), options.key_prefix}; }
   // Encodes, decodes and overlaps backend calls for every fetch and insert
   // (the library's shared pool): no call starts a thread of its own.
   TaskPool* pool = &TaskPool::Shared();
@@ -86,6 +87,8 @@ struct SharedPromptCache::Impl {
   Result<std::optional<Hit>> Fetch(const SharedNamespace& ns, std::span<const int32_t> tokens, int64_t min_tokens);
   // shared_insert.cc
   Status Write(const InsertJob& job);
+  // The namespace descriptor and the model record, once per namespace.
+  void Publish(const SharedNamespace& ns);
 
   // Counts a refused value (`why` its decoding status) and deletes its key
   // while it still holds `value` (nullptr: another type than a byte string),

@@ -53,7 +53,10 @@ class TieredPromptCache:
     head dims, quantization, window per layer). The structure is learned from this
     process's inserts for that model, or declared with ``register_model``; with a
     directory, the structure last learned is kept there (``kvstore-models.json``), so a
-    restarted server serves its old prefixes from its first request. Entries written for
+    restarted server serves its old prefixes from its first request; with ``redis``, a
+    server that knows no structure for a model takes the one the fleet published in the
+    shared tier (sealed like the chunks), so a server that joins is served from its first
+    request too. Entries written for
     another structure than the one in use are refused, never served; new weights at the
     same path are another model. A server restarted with other cache options
     (``--kv-bits``, ``--max-kv-size``) should call ``register_model`` before serving:
@@ -265,6 +268,11 @@ class TieredPromptCache:
         if fingerprint is None and self._stored_structures is not None:
             # What the model made when it last inserted (before a restart).
             fingerprint = self._stored_structures.get(name)
+        if fingerprint is None and self._shared is not None:
+            # What another server of the fleet published (sealed like the chunks).
+            fingerprint = self._shared.published_model(name)
+            if fingerprint is not None:
+                self._fingerprints[name] = fingerprint
         return fingerprint
 
 

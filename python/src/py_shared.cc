@@ -72,6 +72,13 @@ class PySharedTier {
     return py::make_tuple(found->tokens, LayersToPython(found->cache));
   }
 
+  // The fingerprint another server published for `model_id`, or None.
+  std::optional<ModelFingerprint> PublishedModel(const std::string& model_id) {
+    std::shared_ptr<SharedPromptCache> shared = Get();
+    py::gil_scoped_release release;
+    return shared->PublishedModel(model_id);
+  }
+
   py::dict Stats() const {
     const SharedPromptCache::Stats s = Get()->stats();
     py::dict d;
@@ -89,6 +96,8 @@ class PySharedTier {
     d["chunks_written"] = s.chunks_written;
     d["chunks_present"] = s.chunks_present;
     d["bytes_written"] = s.bytes_written;
+    d["models_published"] = s.models_published;
+    d["models_found"] = s.models_found;
     d["last_refusal"] = s.last_refusal;
     return d;
   }
@@ -130,6 +139,7 @@ void RegisterSharedTier(py::module_& m) {
         shared->Flush();
       })
       .def("fetch", &PySharedTier::Fetch, py::arg("model"), py::arg("tokens"), py::arg("min_tokens") = 0)
+      .def("published_model", &PySharedTier::PublishedModel, py::arg("model_id"))
       .def("stats", &PySharedTier::Stats)
       .def("close", &PySharedTier::Close)
       .def("__repr__", &PySharedTier::Describe);

@@ -95,13 +95,29 @@ def test_another_configuration_or_secret_is_a_miss(mlx_cache, mx, shared):
     quantized.register_model(MODEL, make_cache(mlx_cache, mx, [1], "quantized"))
     assert quantized.fetch_nearest_cache(MODEL, tokens)[0] is None
 
-    unknown = shared("u")  # no structure known yet: miss without asking
-    assert unknown.fetch_nearest_cache(MODEL, tokens)[0] is None
-    assert unknown.shared_stats()["fetches"] == 0
-
     sealed = shared("s", redis_secret="s3cret")  # refuses the writer's unsealed chunks
     sealed.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
     assert sealed.fetch_nearest_cache(MODEL, tokens)[0] is None
+
+
+@pytest.mark.parametrize("secret", [None, "s3cret"])
+def test_a_server_that_joins_is_served_from_its_first_request(mlx_cache, mx, shared, secret):
+    tokens = list(range(1, 2 * CHUNK + 4))
+    writer = shared("a", redis_secret=secret)
+    writer.insert_cache(MODEL, tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    writer.flush()
+
+    # An empty directory, no register_model: the structure comes from the shared tier.
+    fresh = shared("fresh", redis_secret=secret)
+    got, rest = fresh.fetch_nearest_cache(MODEL, tokens + [99])
+    assert rest == tokens[2 * CHUNK:] + [99]
+    assert state_of(got) == state_of(make_cache(mlx_cache, mx, tokens[: 2 * CHUNK], "kv"))
+    assert fresh.shared_stats()["hits"] == 1 and fresh.shared_stats()["models_found"] == 1
+
+    # Another secret finds no structure (nor chunks): a miss without asking for chunks.
+    stranger = shared("stranger", redis_secret="other")
+    assert stranger.fetch_nearest_cache(MODEL, tokens)[0] is None
+    assert stranger.shared_stats()["fetches"] == 0
 
 
 def test_an_unreachable_redis_fails_at_construction(tmp_path):

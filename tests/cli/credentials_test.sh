@@ -86,7 +86,7 @@ if [[ -n $admin_url ]] && command -v redis-cli > /dev/null; then
   key=$("$kvtool" ls "$url" --prefix "$prefix" --namespace "$ns" | sed -n "s/.*  \($prefix[^ ]*\)$/\1/p" | head -1)
   [[ -n $key ]] || fail "ls --namespace shows no key: $("$kvtool" ls "$url" --prefix "$prefix" --namespace "$ns")"
   # The key ls shows is one inspect takes.
-  run 0 "verified: digests and seal match" -- "$kvtool" inspect "$url" --key "$key" --verify --secret s
+  run 0 "verified: the seal opens" -- "$kvtool" inspect "$url" --key "$key" --verify --secret s
   run 0 '"verified": true' -- "$kvtool" inspect "$url" --key "$key" --verify --secret s --json
   run 1 "inspect redis://$user:***@$node needs --key" -- "$kvtool" inspect "$url"
   # Refused logins: the I/O exit code, the user and the node named.

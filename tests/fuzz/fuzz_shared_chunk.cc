@@ -1,94 +1,19 @@
 // A shared-tier value is hostile: DecodeChunk must refuse or accept any
-// bytes without crashing, for both kinds of value, with and without a
-// secret; what it accepts must rebuild into a cache of the asked length.
-#include <cstdlib>
-#include <memory>
-#include <string>
-
-#include "kvstore/arrays_cache.h"
-#include "kvstore/rotating_kv_cache.h"
-#include "libkvstore/shared_tier/chunk_codec.h"
-
-namespace {
-
-constexpr int64_t kChunk = 4;
-
-// A KVCache, a RotatingKVCache and a CacheList(ArraysCache, QuantizedKVCache).
-const kvstore::ModelFingerprint& Model() {
-  using kvstore::CacheSpec;
-  static const kvstore::ModelFingerprint fp = [] {
-    CacheSpec kv{.class_name = "KVCache", .kv_heads = 2, .k_head_dim = 8, .v_head_dim = 8};
-    CacheSpec rot = kv;
-    rot.class_name = "RotatingKVCache";
-    rot.max_size = 8;
-    CacheSpec q{.class_name = "QuantizedKVCache", .kv_heads = 1, .k_head_dim = 32, .v_head_dim = 32,
-                .group_size = 32, .bits = 4};
-    CacheSpec arrays{.class_name = "ArraysCache", .slots = {kvstore::SlotSpec{kvstore::DType::kF32, {2, 3}}}};
-    CacheSpec list{.class_name = "CacheList", .children = {arrays, q}};
-    return kvstore::ModelFingerprint::Make({.model_id = "fuzz", .layers = {kv, rot, list}}).value();
-  }();
-  return fp;
-}
-
-// What a fetch takes from the values of the other kind at this boundary:
-// for a rows value, snapshots of the leaves it has no rows for; for a
-// snapshot value, zero rows of the rows leaves. What the value itself must
-// carry is never filled in.
-void CompleteInputs(const std::vector<kvstore::LeafInfo>& leaves, kvstore::ChunkKind kind,
-                    kvstore::RebuildInputs& inputs) {
-  using kvstore::Array;
-  using kvstore::DType;
-  for (const kvstore::LeafInfo& leaf : leaves) {
-    const kvstore::CacheSpec& s = *leaf.spec;
-    if (inputs.rows.count(leaf.path) > 0 || inputs.snapshots.count(leaf.path) > 0) continue;
-    if ((kind == kvstore::ChunkKind::kSnapshot) != (leaf.kind == kvstore::LeafKind::kRows)) continue;
-    if (leaf.kind == kvstore::LeafKind::kRows && s.class_name == "QuantizedKVCache") {
-      const Array wq = Array::Zeros(DType::kU32, {1, s.kv_heads, kChunk, s.k_head_dim * s.bits / 32});
-      const Array scales = Array::Zeros(s.dtype, {1, s.kv_heads, kChunk, s.k_head_dim / s.group_size});
-      inputs.rows[leaf.path].push_back({wq, scales, scales, wq, scales, scales});
-    } else if (leaf.kind == kvstore::LeafKind::kRows) {
-      const Array kv = Array::Zeros(s.dtype, {1, s.kv_heads, kChunk, s.k_head_dim});
-      inputs.rows[leaf.path].push_back({kv, kv});
-    } else if (leaf.kind == kvstore::LeafKind::kRotating) {
-      auto window = std::make_shared<kvstore::RotatingKVCache>(s.max_size, s.keep);
-      const Array kv = Array::Zeros(s.dtype, {1, s.kv_heads, kChunk, s.k_head_dim});
-      if (!window->UpdateAndFetch(kv, kv).ok()) std::abort();
-      inputs.snapshots[leaf.path] = window;
-    } else {
-      auto arrays = std::make_shared<kvstore::ArraysCache>(s.slots.size());
-      for (size_t i = 0; i < s.slots.size(); ++i) {
-        kvstore::Shape shape = {1};
-        shape.insert(shape.end(), s.slots[i].shape.begin(), s.slots[i].shape.end());
-        if (!arrays->SetSlot(i, Array::Zeros(s.slots[i].dtype, shape)).ok()) std::abort();
-      }
-      inputs.snapshots[leaf.path] = arrays;
-    }
-  }
-}
-
-}  // namespace
+// bytes without crashing, for both kinds of value; what it accepts must
+// rebuild into a cache of the asked length. (Sealed values: fuzz_sealed_value.)
+#include "tests/fuzz/shared_chunk_fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const kvstore::ChunkNamespace ns = kvstore::MakeChunkNamespace(Model(), kChunk);
-  static const std::vector<kvstore::LeafInfo> leaves = kvstore::LeavesOf(Model().spec()).value();
+  static const kvstore::ChunkNamespace ns = kvstore::MakeChunkNamespace(fuzz::Model(), fuzz::kChunk);
+  static const std::vector<kvstore::LeafInfo> leaves = kvstore::LeavesOf(fuzz::Model().spec()).value();
   static const std::vector<int32_t> tokens = {1, 2, 3, 4};
   static const kvstore::Sha256Digest chain = kvstore::ChainHashes(ns, tokens, 1)[0];
-  auto value = std::make_shared<const std::string>(reinterpret_cast<const char*>(data), size);
+  auto value = std::make_shared<std::string>(reinterpret_cast<const char*>(data), size);
   for (kvstore::ChunkKind kind : {kvstore::ChunkKind::kRows, kvstore::ChunkKind::kSnapshot}) {
-    for (std::string_view secret : {std::string_view(), std::string_view("s")}) {
-      const std::string key = kvstore::ChunkKey("kvstore:", ns, kind, chain);
-      kvstore::ChunkRequest request{key, kind, &ns, 0, tokens, &chain, nullptr, &leaves, secret};
-      kvstore::Result<kvstore::DecodedChunk> chunk = kvstore::DecodeChunk(value, request);
-      if (!chunk.ok()) continue;
-      // An accepted value, with what the other values give, rebuilds.
-      kvstore::RebuildInputs inputs;
-      inputs.tokens = kChunk;
-      for (auto& [path, rows] : chunk->rows) inputs.rows[path].push_back(rows);
-      inputs.snapshots = chunk->snapshots;
-      CompleteInputs(leaves, kind, inputs);
-      kvstore::Result<kvstore::PromptCache> rebuilt = kvstore::RebuildPromptCache(Model().spec(), inputs);
-      if (!rebuilt.ok() || rebuilt->size() != Model().spec().layers.size()) std::abort();
-    }
+    const std::string key = kvstore::ChunkKey("kvstore:", ns, kind, chain);
+    kvstore::ChunkRequest request{key, kind, &ns, 0, tokens, &chain, nullptr, &leaves};
+    kvstore::Result<kvstore::DecodedChunk> chunk = kvstore::DecodeChunk(value, request);
+    if (chunk.ok()) fuzz::CheckRebuilds(leaves, kind, *chunk);
   }
   return 0;
 }

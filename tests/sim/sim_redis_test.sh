@@ -69,7 +69,7 @@ if [[ $mode == shared ]]; then
   # Chunks spread over every master of the cluster.
   IFS=, read -ra ports <<< "$(setting KVSTORE_TEST_REDIS_CLUSTER_PORTS)"
   for p in "${ports[@]}"; do
-    n=$(cli "$p" --scan --pattern "${prefix}v1/*/c/*" | wc -l)
+    n=$(cli "$p" --scan --pattern "${prefix}v2/*/c/*" | wc -l)
     ((n > 0)) || fail "no chunks on cluster node $p"
   done
   for target in "$url" "$cluster"; do
@@ -117,7 +117,7 @@ done
 pid=$!
 for round in $(seq 30); do
   sleep 0.1
-  cli "$single_port" --scan --pattern 'kvstore:v1/*/c/*' | shuf -n 3 | while read -r key; do
+  cli "$single_port" --scan --pattern 'kvstore:v2/*/c/*' | shuf -n 3 | while read -r key; do
     cli "$single_port" setrange "$key" $((RANDOM % 2000)) "garbage$round" > /dev/null
   done
 done
