@@ -52,9 +52,9 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     """Load a prompt cache written by mlx-lm, mlx-swift-lm or kvstore (plain or compressed).
 
     Returns a list of mlx-lm cache objects, and the user metadata dict when
-    ``return_metadata``. ``verify`` checks the file's digests first, with the algorithm
-    the file declares (CorruptionError naming the tensor on a mismatch); a compressed
-    file with digests is checked whatever ``verify`` says.
+    ``return_metadata``. ``verify`` checks the file's digests before anything is returned,
+    with the algorithm the file declares (CorruptionError naming the tensor on a mismatch);
+    a compressed file with digests is checked whatever ``verify`` says.
 
     A plain mlx-lm-layout ``.safetensors`` file (without ArraysCache layers, whose layout
     depends on the mlx-lm version) has its header checked by kvstore in a mapping and is
