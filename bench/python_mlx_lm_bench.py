@@ -92,11 +92,22 @@ def timed(fn):
     return elapsed
 
 
+# glibc returns freed blocks of 8+ MiB to the system (mmap threshold, heap trimming), so
+# whether an MLX array lands on pages already backed depends on which row ran before; on
+# this VM a first touch costs ~30 us per page (about 8 s per GiB), far more than any read or
+# hash. Every row gets reused memory instead: blocks up to 32 MiB from the heap, never trimmed.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+
+
 def main():
+    if os.environ.get("KVBENCH_KEEP_MALLOC") != "1" and any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
+        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **MALLOC_ENV})
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--only", default=None,
+                        help="run only the rows whose names start with this (e.g. 'load:'), with their references")
     args = parser.parse_args()
     old_reporting = delay_page_reporting()
     try:
@@ -152,7 +163,12 @@ def run(args):
             "save: mlx-lm": lambda: mlx_cache.save_prompt_cache(out, in_memory),
             "save: kvstore": lambda: kvstore.mlx_lm.save_prompt_cache(out, in_memory, integrity=True),
         }
+        if args.only:
+            fns = {name: fn for name, fn in fns.items()
+                   if name.startswith(args.only) or name in ("mlx-lm", "load: mlx-lm", "save: mlx-lm")
+                   or (name == "mlx-lm+fsync" and "fsync" in args.only)}
         runs = {name: [] for name in fns}
+        load_before = _load_average()
         for fn in fns.values():  # warm-up: page cache and MLX allocator
             fn()
         for _ in range(args.runs):
@@ -162,16 +178,26 @@ def run(args):
               f"{args.runs} rounds; seconds (best / median)")
         for name, times in runs.items():
             base = "mlx-lm+fsync" if name.endswith("+fsync") else "mlx-lm"
-            ref = min(runs[base if ":" not in name else name.split(":")[0] + ": mlx-lm"])
+            ref_name = base if ":" not in name else name.split(":")[0] + ": mlx-lm"
+            if ref_name not in runs:
+                continue
+            ref, ref_median = min(runs[ref_name]), statistics.median(runs[ref_name])
             print(f"  {name:16s} {min(times):6.3f} / {statistics.median(times):6.3f}   "
-                  f"mlx-lm/this {ref / min(times):4.2f}x")
+                  f"mlx-lm/this {ref / min(times):4.2f}x (medians {ref_median / statistics.median(times):4.2f}x)")
+        print(f"load average before / after the rounds: {load_before} / {_load_average()}")
 
+        if args.only:
+            return
         small = os.path.join(d, "small.safetensors")
         kvstore.save(small, [kvstore.load(src_kv).layers[0]])
         for label, path in (("kvstore-written", src_kv), ("one layer", small), ("mlx-lm-written", src)):
             t = min(timed(lambda: kvstore.load(path)) for _ in range(args.runs))
             print(f"  kvstore.load (buffers) {label:15s} {os.path.getsize(path) / 2**20:7.0f} MiB  "
                   f"{t * 1e3:7.2f} ms  ({misaligned(path)} tensors misaligned in the file)")
+
+
+def _load_average():
+    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 def misaligned(path):

@@ -83,6 +83,10 @@ class WritableFile {
   virtual Status Close() = 0;
   // Bytes appended so far.
   virtual uint64_t size() const = 0;
+  // Hint that Sync() will not be called (a cache written without fsync): a
+  // file that hands written ranges to the device early, so that a final
+  // Sync has little left to do, stops doing so. No effect on the content.
+  virtual void WillNotSync() {}
 };
 
 // An advisory, exclusive, process-level lock on a file (see Env::LockFile).

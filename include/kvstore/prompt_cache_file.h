@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -311,6 +312,32 @@ class PromptCacheReader {
 
   // Hashes every tensor (in parallel) and compares with the stored digests.
   Result<VerifyReport> Verify(int threads = 0, const ProgressFn& progress = {}) const;
+
+  // ---- Checking another reader's copy ----
+  // A caller may check the header here and then let another reader (MLX's
+  // own loader, reading by path) read the file into memory of its own. The
+  // file may have been replaced or rewritten in between, so what that reader
+  // returns is served only when it passes these checks.
+
+  // One tensor as the other reader returned it. `bytes`: its elements in
+  // row-major order (may be empty for SameHeader, which reads no byte).
+  struct TensorCopy {
+    std::string_view name;
+    DType dtype = DType::kF16;
+    Shape shape;
+    std::span<const std::byte> bytes;
+  };
+  // True when `metadata` (in any order) and `tensors` (by name, in any order)
+  // are exactly the header checked at Open: every metadata entry, tensor name,
+  // dtype and shape. False for another file.
+  bool SameHeader(const Metadata& metadata, std::span<const TensorCopy> tensors) const;
+  // Hashes the copies (on up to `threads` threads of the shared pool, 0 for
+  // all cores) and checks them and the header against the stored digests,
+  // with the errors of a verified load: FailedPrecondition without digests,
+  // Corruption with the first mismatch's Message. Checks what the copies
+  // hold, so the bytes served are exactly the bytes verified.
+  // REQUIRES: SameHeader(metadata, tensors) for the copies' metadata.
+  Status VerifyCopy(std::span<const TensorCopy> tensors, int threads = 0) const;
 
  private:
   struct Impl;

@@ -79,6 +79,7 @@ class FaultInjectionEnv::WrappedFile final : public WritableFile {
   }
   Status Close() override { return base_->Close(); }
   uint64_t size() const override { return base_->size(); }
+  void WillNotSync() override { base_->WillNotSync(); }
 
  private:
   FaultInjectionEnv* env_;

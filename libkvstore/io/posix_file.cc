@@ -162,12 +162,16 @@ class PosixWritableFile final : public WritableFile {
     return Status::OK();
   }
 
+  void WillNotSync() override { start_writeback_ = false; }
+
   // Hands every full kPosixWritebackChunk written so far to the device
   // without waiting, so the disk works while we produce the rest and the
   // final fdatasync has little left to do. Advisory: errors surface at Sync.
+  // A file that will not be synced leaves writeback to the kernel: starting
+  // it would only make the writes wait for the device.
   void StartWriteback() {
 #ifdef __linux__
-    while (written_ - writeback_started_ >= kPosixWritebackChunk) {
+    while (start_writeback_ && written_ - writeback_started_ >= kPosixWritebackChunk) {
       (void)sync_file_range(fd_, static_cast<off_t>(writeback_started_),
                             static_cast<off_t>(kPosixWritebackChunk), SYNC_FILE_RANGE_WRITE);
       writeback_started_ += kPosixWritebackChunk;
@@ -187,6 +191,7 @@ class PosixWritableFile final : public WritableFile {
   uint64_t size_ = 0;
   uint64_t written_ = 0;             // bytes handed to write(2)
   uint64_t writeback_started_ = 0;   // prefix already given to sync_file_range
+  bool start_writeback_ = true;      // false after WillNotSync
   std::vector<std::byte> buffer_;
   Status error_;
 };

@@ -11,9 +11,9 @@ MLX and mlx-lm are imported on first use; importing this module needs neither.
 import os
 
 from . import _kvstore
-from ._mlx_bridge import cache_module, caches_from_layers, layers_from_caches, layout_for
+from ._mlx_bridge import cache_module, caches_from_layers, layers_from_caches, layout_for, mx
 from ._tiered import TieredPromptCache
-from .errors import Error
+from .errors import CorruptionError, Error
 
 __all__ = ["save_prompt_cache", "load_prompt_cache", "TieredPromptCache"]
 
@@ -52,15 +52,17 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     """Load a prompt cache written by mlx-lm, mlx-swift-lm or kvstore (plain or compressed).
 
     Returns a list of mlx-lm cache objects, and the user metadata dict when
-    ``return_metadata``. ``verify`` checks the file's digests first, with the algorithm
-    the file declares (CorruptionError naming the tensor on a mismatch); a compressed
-    file with digests is checked whatever ``verify`` says.
+    ``return_metadata``. ``verify`` checks the file's digests before anything is returned,
+    with the algorithm the file declares (CorruptionError naming the tensor on a mismatch);
+    a compressed file with digests is checked whatever ``verify`` says.
 
     A plain mlx-lm-layout ``.safetensors`` file (without ArraysCache layers, whose layout
-    depends on the mlx-lm version) is checked by kvstore from its header (and, with
-    ``verify``, its digests) and then read by mlx-lm's own ``load_prompt_cache`` from the
-    same open file: MLX's reader fills MLX memory straight from the file, which no copy
-    through kvstore can beat.
+    depends on the mlx-lm version) has its header checked by kvstore in a mapping and is
+    then read by MLX's own loader by path, which fills MLX memory straight from the file
+    (no copy through kvstore can beat it); with ``verify`` the arrays MLX read are hashed
+    in MLX memory on all cores, so the bytes returned are exactly the bytes verified. What
+    MLX read is served only when its header is the one kvstore checked: a file replaced or
+    rewritten meanwhile is read again, and refused (CorruptionError) when it keeps changing.
     Everything else is read by kvstore and copied into MLX once.
     """
     path = _kvstore.expand_user(os.fspath(file_name))
@@ -75,54 +77,55 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     return cache
 
 
-def _load_through_mlx(path, verify=False):
-    """(cache, metadata) read by mlx-lm's own loader when kvstore's header check says it
-    reads the file exactly as kvstore would (and, with ``verify``, its digests match),
-    else None.
+# Attempts at reading a file that changes between kvstore's header check and MLX's read.
+_MLX_READ_ATTEMPTS = 3
 
-    The file is opened once: the header and digests are checked through that descriptor
-    and mlx-lm reads the same open file, so a file atomically replaced meanwhile is never
-    loaded unchecked. A file rewritten in place meanwhile (its size or mtime changed) is read
-    again by kvstore instead.
+
+def _load_through_mlx(path, verify=False):
+    """(cache, metadata) read by MLX's own loader when kvstore's header check says mlx-lm
+    reads the file exactly as kvstore would, else None (kvstore's own loader reads it).
+
+    MLX reads by path, so the file it reads may not be the one checked (replaced or
+    rewritten in between): its metadata, tensor names, dtypes and shapes must be the
+    checked header's, and with ``verify`` the bytes in MLX memory must match the digests;
+    otherwise the read is repeated.
     """
     if not path.endswith(".safetensors"):
         return None  # mx.load picks the format from the name
-    try:
-        f = open(path, "rb")
-    except OSError:
-        return None  # kvstore's loader raises the error, naming the path
-    with f:
-        before = os.fstat(f.fileno())
+    for _ in range(_MLX_READ_ATTEMPTS):
         try:
-            if not _mlx_reads_it("/dev/fd/%d" % f.fileno(), verify):
-                return None
-        except (Error, OSError):
+            checked = _kvstore.open_for_mlx(path)
+        except Error:
             return None  # kvstore's loader raises it again, naming the path
-        cache, metadata = cache_module().load_prompt_cache(f, return_metadata=True)
-        if _changed(before, os.fstat(f.fileno())):
+        if not checked.mlx_readable or (verify and not checked.has_digests):
             return None
-    return cache, {k: v for k, v in metadata.items() if not _kvstore.is_kvstore_metadata_key(k)}
+        module = cache_module()
+        if not all(hasattr(module, c) for c in checked.classes):
+            return None
+        try:
+            arrays, metadata = _mlx_load(path)
+        except (RuntimeError, ValueError, OSError):
+            return None  # kvstore's loader reads it, with kvstore's errors
+        if not checked.same_header(metadata, arrays):
+            continue  # another file than the one checked
+        if verify:
+            mx().eval(list(arrays.values()))
+            checked.verify_copy(arrays)  # CorruptionError naming the tensor
+        return _caches_from_mlx(module, arrays, metadata)
+    raise CorruptionError(f"{path}: the file changed while it was read, {_MLX_READ_ATTEMPTS} times")
 
 
-def _changed(a, b):
-    return (a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns) != (b.st_dev, b.st_ino, b.st_size, b.st_mtime_ns)
+def _mlx_load(path):
+    """mx.load's (arrays, metadata) of a .safetensors file (tests wrap it to race a writer)."""
+    return mx().load(path, return_metadata=True)
 
 
-def _mlx_reads_it(path, verify=False):
-    """True when the imported mlx-lm loads `path` exactly as kvstore would (header checked;
-    with ``verify`` every digest too: a mismatch raises, and kvstore's own load then
-    raises it again naming the path)."""
-    info = _kvstore.inspect(path, verify=verify)  # the header: safetensors rules, layout, classes
-    if info["compression"] is not None or info["layout"] != "mlx-lm" or "unsupported" in info:
-        return False
-    if not info["layers"]:
-        return False  # mlx-lm's loader cannot unpack a file of no layers; kvstore returns []
-    if not info.get("valid", True):
-        return False
+def _caches_from_mlx(module, arrays, metadata):
+    """mlx-lm's load_prompt_cache after its mx.load: caches by cls.from_state, and the user
+    metadata without kvstore's own entries."""
+    from mlx.utils import tree_unflatten
 
-    def plain(layer):
-        return layer["class"] not in ("ArraysCache", "MambaCache") and not layer.get("errors") and all(
-            plain(c) for c in layer["children"])
-
-    module = cache_module()
-    return all(plain(layer) and hasattr(module, layer["class"]) for layer in info["layers"])
+    states = tree_unflatten(list(arrays.items()))
+    info, user, classes = tree_unflatten(list(metadata.items()))
+    cache = [getattr(module, c).from_state(state, meta) for c, state, meta in zip(classes, states, info)]
+    return cache, {k: v for k, v in user.items() if not _kvstore.is_kvstore_metadata_key(k)}

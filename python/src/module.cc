@@ -13,6 +13,7 @@ PYBIND11_MODULE(_kvstore, m) {
   kvstore::python::RegisterLayer(m);
   kvstore::python::RegisterFileApi(m);
   kvstore::python::RegisterConvertApi(m);
+  kvstore::python::RegisterMlxRead(m);
   kvstore::python::RegisterModelFingerprint(m);
   kvstore::python::RegisterDiskStore(m);
   kvstore::python::RegisterSharedTier(m);

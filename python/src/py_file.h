@@ -35,6 +35,8 @@ std::optional<DigestAlgorithm> ParseIntegrity(pybind11::handle integrity);
 
 void RegisterFileApi(pybind11::module_& m);
 void RegisterConvertApi(pybind11::module_& m);
+// _kvstore.open_for_mlx (py_mlx_read.cc).
+void RegisterMlxRead(pybind11::module_& m);
 
 }  // namespace kvstore::python
 

@@ -77,46 +77,116 @@ def test_plain_files_are_checked_before_mlx_reads_them(mlx_cache, mx, tmp_path):
     assert load_prompt_cache(out, return_metadata=True)[1] == {"m": "1"}  # digests not user metadata
 
 
-def test_a_file_replaced_after_its_check_is_not_loaded_unchecked(mlx_cache, mx, tmp_path, monkeypatch):
+def race_mlx_read(monkeypatch, writer):
+    """Runs writer(call number) just before each mx.load of kvstore.mlx_lm: between kvstore's
+    header check and MLX's read of the file by path. Returns the list of paths read."""
+    real = kvstore.mlx_lm._mlx_load
+    reads = []
+
+    def load(path):
+        writer(len(reads))
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(kvstore.mlx_lm, "_mlx_load", load)
+    return reads
+
+
+def one_kv_cache(mlx_cache, mx, value, tokens=2):
+    c = mlx_cache.KVCache()
+    k = mx.full((1, 1, tokens, 8), value, dtype=mx.float16)
+    c.update_and_fetch(k, k)
+    return [c]
+
+
+def test_a_file_replaced_after_its_check_is_checked_again(mlx_cache, mx, tmp_path, monkeypatch):
     checked, other = tmp_path / "p.safetensors", tmp_path / "other.safetensors"
     caches = live_caches(mlx_cache, mx)[:3]
-    save_prompt_cache(checked, caches, {"m": "checked"})
-    k = mx.zeros((1, 1, 2, 8))
-    replacement = mlx_cache.KVCache()
-    replacement.update_and_fetch(k, k)
-    mlx_cache.save_prompt_cache(str(other), [replacement], {"m": "replacement"})
-    real_inspect = kvstore._kvstore.inspect
-
-    def inspect_then_replace(path, *args, **kwargs):
-        info = real_inspect(path, *args, **kwargs)
-        os.replace(other, checked)  # an atomic replace between the check and the read
-        return info
-
-    monkeypatch.setattr(kvstore._kvstore, "inspect", inspect_then_replace)
-    got, metadata = load_prompt_cache(checked, return_metadata=True)
-    assert metadata == {"m": "checked"}
-    assert_same_caches(mx, got, caches)
+    save_prompt_cache(checked, caches, {"m": "checked"}, integrity="xxh3")
+    replacement = one_kv_cache(mlx_cache, mx, 2.0)
+    save_prompt_cache(other, replacement, {"m": "replacement"}, integrity="xxh3")
+    # An atomic replace between the check and the read: MLX reads another header than the
+    # one checked, so its read is thrown away and the new file checked and read.
+    reads = race_mlx_read(monkeypatch, lambda n: n == 0 and os.replace(other, checked))
+    got, metadata = load_prompt_cache(checked, return_metadata=True, verify=True)
+    assert len(reads) == 2 and metadata == {"m": "replacement"}
+    assert_same_caches(mx, got, replacement)
 
 
-def test_a_file_rewritten_in_place_during_the_read_is_read_again(mlx_cache, mx, tmp_path, monkeypatch):
+def test_a_replacement_kvstore_refuses_is_never_served(mlx_cache, mx, tmp_path, monkeypatch):
+    checked, bad = tmp_path / "p.safetensors", tmp_path / "bad.safetensors"
+    save_prompt_cache(checked, live_caches(mlx_cache, mx)[:3])
+    rot = mlx_cache.RotatingKVCache(max_size=32, keep=4)
+    k = mx.zeros((1, 1, 8, 8))
+    rot.update_and_fetch(k, k)
+    rot.keep = 40  # keep > max_size: mlx-lm loads it, kvstore's header check refuses it
+    mlx_cache.save_prompt_cache(str(bad), [rot])
+    mlx_cache.load_prompt_cache(str(bad))
+    reads = race_mlx_read(monkeypatch, lambda n: os.replace(bad, checked) if n == 0 else None)
+    with pytest.raises(kvstore.CorruptionError, match="keep"):
+        load_prompt_cache(checked)
+    assert len(reads) == 1
+
+
+def test_tensor_bytes_rewritten_in_place_after_the_check_fail_a_verified_load(mlx_cache, mx, tmp_path, monkeypatch):
+    path = tmp_path / "p.safetensors"
+    caches = one_kv_cache(mlx_cache, mx, 1.0, tokens=64)
+    save_prompt_cache(path, caches, {"m": "1"}, integrity="xxh3")
+
+    def flip_last_byte(_):
+        with open(path, "r+b") as f:  # same header, one tensor byte changed, same inode
+            f.seek(-1, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0x40]))
+
+    race_mlx_read(monkeypatch, flip_last_byte)
+    with pytest.raises(kvstore.CorruptionError, match=r"p\.safetensors: tensor '0\.1': XXH3-128 mismatch"):
+        load_prompt_cache(path, verify=True)
+
+
+def test_bytes_rewritten_while_mlx_reads_lazily_fail_a_verified_load(mlx_cache, mx, tmp_path, monkeypatch):
+    path = tmp_path / "p.safetensors"
+    save_prompt_cache(path, one_kv_cache(mlx_cache, mx, 1.0, tokens=64), integrity="xxh3")
+    real = kvstore.mlx_lm._mlx_load
+
+    def load_then_rewrite(p):
+        arrays, metadata = real(p)  # header read; MLX reads the tensors when they are evaluated
+        with open(path, "r+b") as f:
+            f.seek(-2, os.SEEK_END)
+            f.write(b"\x00\x7c")  # the last F16 element becomes +inf in place
+        return arrays, metadata
+
+    monkeypatch.setattr(kvstore.mlx_lm, "_mlx_load", load_then_rewrite)
+    with pytest.raises(kvstore.CorruptionError, match="XXH3-128 mismatch"):
+        load_prompt_cache(path, verify=True)
+
+
+def test_a_file_that_keeps_changing_is_refused(mlx_cache, mx, tmp_path, monkeypatch):
+    path, a, b = (tmp_path / n for n in ("p.safetensors", "a.safetensors", "b.safetensors"))
+    save_prompt_cache(path, one_kv_cache(mlx_cache, mx, 1.0, tokens=2))
+    save_prompt_cache(a, one_kv_cache(mlx_cache, mx, 1.0, tokens=3))
+    save_prompt_cache(b, one_kv_cache(mlx_cache, mx, 1.0, tokens=4))
+
+    def swap(n):  # a writer replaces the file before every read: never the header checked
+        src = a if n % 2 == 0 else b
+        with open(src, "rb") as f, open(tmp_path / "t.safetensors", "wb") as out:
+            out.write(f.read())
+        os.replace(tmp_path / "t.safetensors", path)
+
+    reads = race_mlx_read(monkeypatch, swap)
+    with pytest.raises(kvstore.CorruptionError, match="changed while it was read, 3 times"):
+        load_prompt_cache(path)
+    assert len(reads) == 3
+
+
+def test_plain_mlx_lm_files_are_read_by_mlx_by_path(mlx_cache, mx, tmp_path, monkeypatch):
     path = tmp_path / "p.safetensors"
     caches = live_caches(mlx_cache, mx)[:3]
-    save_prompt_cache(path, caches, {"m": "1"})
-    calls = []
-    real_load = mlx_cache.load_prompt_cache
-
-    def load_then_touch(f, **kwargs):
-        calls.append(f)
-        out = real_load(f, **kwargs)
-        os.utime(path, ns=(1, 1))  # a writer changed the file meanwhile
-        return out
-
-    reads = []
-    real_kvstore_load = kvstore._kvstore.load
-    monkeypatch.setattr(mlx_cache, "load_prompt_cache", load_then_touch)
-    monkeypatch.setattr(kvstore._kvstore, "load", lambda *a, **k: reads.append(a) or real_kvstore_load(*a, **k))
-    got = load_prompt_cache(path)
-    assert len(calls) == 1 and len(reads) == 1  # mlx-lm's read thrown away, kvstore's taken
+    mlx_cache.save_prompt_cache(str(path), caches, {"m": "1"})
+    reads = race_mlx_read(monkeypatch, lambda n: None)
+    got, metadata = load_prompt_cache(path, return_metadata=True)
+    assert reads == [str(path)] and metadata == {"m": "1"}
     assert_same_caches(mx, got, caches)
 
 
