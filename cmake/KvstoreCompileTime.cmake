@@ -68,6 +68,7 @@ endfunction()
 
 #   kvstore_test_options(<target> [PCH <header>... | REUSE_PCH <from>])
 # A test target: kvstore's warning options, -O1 in the optimized build types
+# (-O0 in sanitizer builds)
 # (a test's own code is never what is measured, and GoogleTest's templates
 # at -O3 were two thirds of a Release build's CPU time; the library it links
 # keeps the build type's level), and precompiled headers (KVSTORE_USE_TEST_PCH):
@@ -76,7 +77,13 @@ endfunction()
 function(kvstore_test_options target)
   cmake_parse_arguments(TEST "" "REUSE_PCH" "PCH" ${ARGN})
   kvstore_target_options(${target})
-  target_compile_options(${target} PRIVATE $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:-O1>)
+  if(KVSTORE_SANITIZE)
+    # Instrumented test code compiles in half the time at -O0 (about 5 s of
+    # CPU less per file with clang's ASan); the library stays at -O1.
+    target_compile_options(${target} PRIVATE -O0)
+  else()
+    target_compile_options(${target} PRIVATE $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:-O1>)
+  endif()
   if(KVSTORE_USE_TEST_PCH)
     if(TEST_REUSE_PCH)
       target_precompile_headers(${target} REUSE_FROM ${TEST_REUSE_PCH})
