@@ -1,6 +1,9 @@
 // TenantSalt: the per-tier keys of a tenant salt (HKDF-SHA256, RFC 5869).
 #include "kvstore/tenant_salt.h"
 
+#include <cstring>
+
+#include "libkvstore/integrity/aead.h"
 #include "libkvstore/integrity/sha256.h"
 
 namespace kvstore {
@@ -22,12 +25,12 @@ Result<TenantSalt> TenantSalt::Make(std::string_view salt) {
   if (salt.empty()) {
     return Status::InvalidArgument("tenant salt: empty (pass no salt for requests without one)");
   }
-  const Sha256Digest prk = HmacSha256(kExtractSalt, {salt});
-  const std::string_view prk_bytes(reinterpret_cast<const char*>(prk.bytes().data()), Sha256Digest::kSize);
   TenantSalt out;
   for (size_t i = 0; i < out.keys_.size(); ++i) {
-    // One block of HKDF-Expand: T(1) = HMAC(PRK, info || 0x01), L = 32.
-    out.keys_[i] = HmacSha256(prk_bytes, {kTierInfo[i], std::string_view("\x01", 1)}).ToHex();
+    const std::string key = HkdfSha256(salt, kExtractSalt, kTierInfo[i], Sha256Digest::kSize);
+    std::array<uint8_t, Sha256Digest::kSize> bytes;
+    std::memcpy(bytes.data(), key.data(), bytes.size());
+    out.keys_[i] = Sha256Digest(bytes).ToHex();
   }
   return out;
 }
