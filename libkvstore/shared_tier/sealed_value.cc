@@ -27,6 +27,14 @@ std::string Aad(std::string_view fixed, std::string_view key_name, std::string_v
   return aad;
 }
 
+// Undoes an in-place decryption of value[0, n): GCM's keystream under the
+// same key and nonce turns the plaintext back into the stored ciphertext.
+void EncryptBack(std::string& value, size_t n, std::string_view value_key, std::string_view nonce) {
+  std::array<char, kAeadTagSize> unused;
+  (void)AeadSeal(value_key, B(nonce), {}, B(std::string_view(value).substr(0, n)), W(value, 0, n),
+                 std::as_writable_bytes(std::span(unused)));
+}
+
 }  // namespace
 
 bool LooksSealed(std::string_view value) { return value.ends_with(kSealedMagic); }
@@ -62,10 +70,7 @@ Status OpenInPlace(std::string& value, std::string_view value_key, std::string_v
   const std::string aad = Aad(t.substr(kFixedAt), key_name, binding);
   if (!AeadOpen(value_key, B(t.substr(kNonceAt, kAeadNonceSize)), B(aad), B(std::string_view(value).substr(0, n)),
                 W(value, 0, n), B(t.substr(kTagAt, kAeadTagSize)))) {
-    // What was decrypted in place is encrypted back: the caller keeps its bytes.
-    std::array<char, kAeadTagSize> unused;
-    (void)AeadSeal(value_key, B(t.substr(kNonceAt, kAeadNonceSize)), {}, B(std::string_view(value).substr(0, n)),
-                   W(value, 0, n), std::as_writable_bytes(std::span(unused)));
+    EncryptBack(value, n, value_key, t.substr(kNonceAt, kAeadNonceSize));  // the caller keeps its bytes
     return Status::Corruption("the seal does not verify (changed bytes, another key, namespace or secret)");
   }
   value.resize(n);  // shrinking keeps the buffer: the plain value stays where it was decrypted
@@ -74,9 +79,7 @@ Status OpenInPlace(std::string& value, std::string_view value_key, std::string_v
 
 void UndoOpen(std::string& value, std::string_view value_key, const SealedTrailer& trailer) {
   const std::string_view t(trailer.data(), trailer.size());
-  std::array<char, kAeadTagSize> unused;
-  (void)AeadSeal(value_key, B(t.substr(kNonceAt, kAeadNonceSize)), {}, B(value), W(value, 0, value.size()),
-                 std::as_writable_bytes(std::span(unused)));
+  EncryptBack(value, value.size(), value_key, t.substr(kNonceAt, kAeadNonceSize));
   value.append(t);
 }
 
