@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,6 +177,74 @@ TEST(PosixEnvTest, LockExcludesAnotherProcess) {
             }),
             0);
   EXPECT_OK(Env::Default()->LockFile(path));
+}
+
+// RenameFile exchanges the two names and then removes the old file (its
+// teardown in the background): to everyone else that is rename(2). The
+// target holds the new bytes, the source name is gone, and the old file
+// lives on for whoever holds it (a mapping, another hard link).
+TEST(PosixEnvTest, RenameReplacesWhileTheOldFileLivesOnForItsHolders) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string to = tmp.Join("to"), from = tmp.Join("from"), second_name = tmp.Join("second-name");
+  ASSERT_OK(WriteString(env, to, "old bytes"));
+  ASSERT_EQ(link(to.c_str(), second_name.c_str()), 0);
+  ASSERT_OK_AND_ASSIGN(auto mapped, env->OpenReadable(to));
+  ASSERT_OK(WriteString(env, from, "new bytes"));
+
+  ASSERT_OK(env->RenameFile(from, to));
+  EXPECT_EQ(ReadString(env, to).value(), "new bytes");
+  EXPECT_FALSE(env->FileExists(from));
+  EXPECT_EQ(ToString(mapped->data()), "old bytes");
+  EXPECT_EQ(ReadString(env, second_name).value(), "old bytes");
+  EXPECT_THAT(env->GetChildren(tmp.path()).value(), ::testing::UnorderedElementsAre("to", "second-name"));
+  // Nothing at the target: a plain rename.
+  ASSERT_OK(env->RenameFile(to, tmp.Join("fresh")));
+  EXPECT_EQ(ReadString(env, tmp.Join("fresh")).value(), "new bytes");
+  EXPECT_THAT(env->RenameFile(to, tmp.Join("fresh")), HasCode(StatusCode::kNotFound, to));
+}
+
+// A FIFO or a directory that took the target's place after WriteFileAtomic
+// checked it (ReplaceTarget) is not replaced: refused, both left as they were.
+TEST(PosixEnvTest, RenameRefusesToReplaceWhatIsNotARegularFile) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string fifo = tmp.Join("fifo"), dir = tmp.Join("dir"), from = tmp.Join("from");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_OK(env->CreateDir(dir));
+  ASSERT_OK(WriteString(env, dir + "/inside", "kept"));
+  ASSERT_OK(WriteString(env, from, "new bytes"));
+
+  EXPECT_THAT(env->RenameFile(from, fifo),
+              HasCode(StatusCode::kIOError, fifo + ": not a regular file (FIFO); refusing to replace it"));
+  EXPECT_THAT(env->RenameFile(from, dir),
+              HasCode(StatusCode::kIOError, dir + ": not a regular file (directory); refusing to replace it"));
+  struct stat st;
+  ASSERT_EQ(lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(ReadString(env, dir + "/inside").value(), "kept");
+  EXPECT_EQ(ReadString(env, from).value(), "new bytes");
+}
+
+// RemoveFile of a FIFO (opened for nothing: the removal must not block) and
+// of a missing file.
+TEST(PosixEnvTest, RemoveFileTakesAnyNameAndNamesWhatIsMissing) {
+  TempDir tmp;
+  const std::string fifo = tmp.Join("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_OK(Env::Default()->RemoveFile(fifo));
+  EXPECT_FALSE(Env::Default()->FileExists(fifo));
+  EXPECT_THAT(Env::Default()->RemoveFile(fifo), HasCode(StatusCode::kNotFound, fifo));
+}
+
+// A writable file opened on an existing file starts empty (new temp files,
+// already empty, are not truncated: see NewPosixWritable).
+TEST(PosixEnvTest, NewWritableFileEmptiesAnExistingFile) {
+  TempDir tmp;
+  const std::string path = tmp.Join("f");
+  ASSERT_OK(WriteString(Env::Default(), path, "a longer old content"));
+  ASSERT_OK(WriteString(Env::Default(), path, "new"));
+  EXPECT_EQ(ReadString(Env::Default(), path).value(), "new");
 }
 
 }  // namespace

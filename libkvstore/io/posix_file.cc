@@ -288,8 +288,13 @@ Result<std::unique_ptr<WritableFile>> NewPosixWritable(const std::string& path) 
   if (fstat(fd.get(), &st) != 0) return PosixError("fstat", path, errno);
   if (!S_ISREG(st.st_mode)) return NotRegularFile(path, st.st_mode, "write to it");
   // O_NONBLOCK changes nothing for a regular file; truncating only now
-  // keeps a file that turned out to be something else untouched.
-  if (RetryOnEintr([&] { return ftruncate(fd.get(), 0); }) != 0) return PosixError("truncate", path, errno);
+  // keeps a file that turned out to be something else untouched. An empty
+  // file (every new temp file) is not truncated: on ext4, truncating to
+  // zero marks the file for writeback at close (auto_da_alloc), which made
+  // closing a 512 MiB file written without fsync take 0.08 s.
+  if (st.st_size != 0 && RetryOnEintr([&] { return ftruncate(fd.get(), 0); }) != 0) {
+    return PosixError("truncate", path, errno);
+  }
   return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, fd.release()));
 }
 
