@@ -13,7 +13,9 @@ on the same warm input file:
                 durable=False (the cache's path; compared with mlx-lm)
   kvstore-x+fsync  the same saved with durable=True (compared with mlx-lm+fsync)
 and the two halves alone (load: the arrays evaluated in MLX memory; save: of caches already
-in MLX memory). It prints the best (minimum) and median wall times and mlx-lm / this. It
+in MLX memory). The rows above replace the output file of the round before, as a server
+re-saving a conversation does; "new: mlx-lm" and "new: kvstore-x" are the round trips to a
+path where no file is (the old one removed before the timer starts). It prints the best (minimum) and median wall times and mlx-lm / this. It
 also times kvstore.load (buffers only) of the 1 GiB file against a one-layer file, to
 show that it costs O(header). Needs ../shared/mlx-ref (or KVSTORE_MLX_REF) and numpy.
 
@@ -82,8 +84,10 @@ def touch_memory():
     os.sync()
 
 
-def timed(fn):
+def timed(fn, before=None):
     gc.collect()
+    if before is not None:
+        before()
     touch_memory()
     start = time.perf_counter()
     fn()
@@ -126,6 +130,11 @@ def run(args):
         src_x = os.path.join(d, "in-xxh3.safetensors")
         kvstore.mlx_lm.save_prompt_cache(src_x, mlx_cache.load_prompt_cache(src), {"model": "bench"}, integrity="xxh3")
         out = os.path.join(d, "out.safetensors")
+        out_new = os.path.join(d, "out-new.safetensors")
+
+        def remove_new():
+            if os.path.exists(out_new):
+                os.unlink(out_new)
 
         def reference():
             mlx_cache.save_prompt_cache(out, mlx_cache.load_prompt_cache(src))
@@ -160,12 +169,15 @@ def run(args):
             "load: kvstore": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src)]),
             "load: kvstore-v": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src_kv, verify=True)]),
             "load: kvstore-x": lambda: mx.eval([c.state for c in kvstore.mlx_lm.load_prompt_cache(src_x, verify=True)]),
+            "new: mlx-lm": lambda: mlx_cache.save_prompt_cache(out_new, mlx_cache.load_prompt_cache(src)),
+            "new: kvstore-x": lambda: kvstore.mlx_lm.save_prompt_cache(
+                out_new, kvstore.mlx_lm.load_prompt_cache(src_x, verify=True), integrity="xxh3", durable=False),
             "save: mlx-lm": lambda: mlx_cache.save_prompt_cache(out, in_memory),
             "save: kvstore": lambda: kvstore.mlx_lm.save_prompt_cache(out, in_memory, integrity=True),
         }
         if args.only:
             fns = {name: fn for name, fn in fns.items()
-                   if name.startswith(args.only) or name in ("mlx-lm", "load: mlx-lm", "save: mlx-lm")
+                   if name.startswith(args.only) or name in ("mlx-lm", "load: mlx-lm", "save: mlx-lm", "new: mlx-lm")
                    or (name == "mlx-lm+fsync" and "fsync" in args.only)}
         runs = {name: [] for name in fns}
         load_before = _load_average()
@@ -173,7 +185,7 @@ def run(args):
             fn()
         for _ in range(args.runs):
             for name, fn in fns.items():
-                runs[name].append(timed(fn))
+                runs[name].append(timed(fn, remove_new if name.startswith("new:") else None))
         print(f"cache: 32 x KVCache [1, 8, {args.tokens}, 128] BF16 = {nbytes / 2**30:.2f} GiB; "
               f"{args.runs} rounds; seconds (best / median)")
         for name, times in runs.items():
