@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -169,6 +170,21 @@ bool RunServers(const Options& o, kvstore::KvBackend* backend, int first, int co
   return true;
 }
 
+// A worker's connection. The parent has already checked the URL and the
+// login, so an IOError here is the server not answering within the
+// timeouts (a loaded machine: 4 workers connecting at once while the
+// compilers run): tried again, 5 times over about a second, before the
+// worker gives up.
+kvstore::Result<std::unique_ptr<kvstore::KvBackend>> OpenWorkerBackend(const std::string& url) {
+  kvstore::Result<std::unique_ptr<kvstore::KvBackend>> backend = kvstore::OpenRedisBackend({.url = url});
+  for (int retry = 1; retry < 5 && !backend.ok() && backend.status().code() == kvstore::StatusCode::kIOError;
+       ++retry) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 * retry));
+    backend = kvstore::OpenRedisBackend({.url = url});
+  }
+  return backend;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,7 +226,7 @@ int main(int argc, char** argv) {
     if (!sim::RunWorkerProcesses(std::vector<std::string>(argv, argv + argc), o.processes, report)) return 2;
     return finish();
   }
-  auto backend = kvstore::OpenRedisBackend({.url = o.redis_url});
+  auto backend = OpenWorkerBackend(o.redis_url);
   if (!backend.ok()) return PrintError(backend.status());
   if (!RunServers(o, backend->get(), o.worker, 1, report)) return 2;
   report.PrintWorker();
