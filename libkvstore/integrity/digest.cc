@@ -6,6 +6,7 @@
 #include "kvstore/array.h"
 #include "libkvstore/integrity/sha256.h"
 #include "libkvstore/integrity/xxh3.h"
+#include "libkvstore/util/hex.h"
 
 namespace kvstore {
 
@@ -36,32 +37,13 @@ Digest::Digest(DigestAlgorithm algorithm, std::span<const uint8_t> bytes) : algo
   std::copy_n(bytes.begin(), std::min(bytes.size(), DigestSize(algorithm)), bytes_.begin());
 }
 
-std::string Digest::ToHex() const {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : bytes()) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
+std::string Digest::ToHex() const { return HexEncode(std::as_bytes(bytes())); }
 
 std::optional<Digest> Digest::FromHex(DigestAlgorithm algorithm, std::string_view hex) {
-  const size_t n = DigestSize(algorithm);
-  if (hex.size() != 2 * n) return std::nullopt;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::array<uint8_t, kMaxSize> bytes{};
-  for (size_t i = 0; i < n; ++i) {
-    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
-  return Digest(algorithm, std::span<const uint8_t>(bytes.data(), n));
+  if (hex.size() != 2 * DigestSize(algorithm)) return std::nullopt;
+  const std::optional<std::string> bytes = HexDecode(hex);
+  if (!bytes) return std::nullopt;
+  return Digest(algorithm, std::span(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
 }
 
 Digest ComputeDigest(DigestAlgorithm algorithm, std::span<const std::byte> data) {

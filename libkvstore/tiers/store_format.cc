@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "libkvstore/integrity/sha256.h"
+#include "libkvstore/util/hex.h"
 
 namespace kvstore {
 
@@ -13,32 +14,6 @@ constexpr std::string_view kTokensKey = "kvstore_tokens";
 }  // namespace
 
 namespace {
-
-std::string Hex(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
-}
-
-std::optional<std::string> Unhex(std::string_view s) {
-  if (s.size() % 2 != 0) return std::nullopt;
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 2) {
-    const int hi = nibble(s[i]), lo = nibble(s[i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    out += static_cast<char>(hi << 4 | lo);
-  }
-  return out;
-}
 
 // Fields of a manifest field that may be empty are written as "-".
 std::string_view Dash(std::string_view field) { return field == "-" ? std::string_view() : field; }
@@ -102,7 +77,7 @@ std::optional<StoreKey> StoreKeyFromMetadata(const Metadata& metadata) {
 
 std::string ManifestAddLine(std::string_view file, int64_t bytes, std::string_view model,
                             std::span<const int32_t> tokens, std::string_view fingerprint) {
-  const std::string model_hex = model.empty() ? "-" : Hex(model);
+  const std::string model_hex = model.empty() ? "-" : HexEncode(model);
   const std::string tokens_text = tokens.empty() ? "-" : TokensText(tokens);
   const std::string fp = fingerprint.empty() ? "-" : std::string(fingerprint);
   return "+ " + std::string(file) + " " + std::to_string(bytes) + " " + model_hex + " " + tokens_text + " " + fp + "\n";
@@ -123,7 +98,7 @@ std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std:
     } else if ((parts.size() == 5 || parts.size() == 6) && parts[0] == "+") {
       int64_t bytes = 0;
       auto [p, ec] = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), bytes);
-      std::optional<std::string> model = Unhex(Dash(parts[3]));
+      std::optional<std::string> model = HexDecode(Dash(parts[3]));
       std::optional<std::vector<int32_t>> tokens = ParseTokens(Dash(parts[4]));
       if (ec != std::errc() || p != parts[2].data() + parts[2].size() || !model || !tokens) continue;
       const std::string fingerprint(parts.size() == 6 ? Dash(parts[5]) : std::string_view());
