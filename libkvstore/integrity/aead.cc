@@ -41,14 +41,10 @@ std::string HkdfSha256(std::string_view secret, std::string_view salt, std::stri
   EVP_KDF_CTX* ctx = kdf != nullptr ? EVP_KDF_CTX_new(kdf) : nullptr;
   if (ctx == nullptr) throw std::bad_alloc();
   char digest[] = "SHA256";
-  // OpenSSL refuses an empty key: a secret is never empty (Open refuses one).
-  static constexpr unsigned char kZero[1] = {0};
+  assert(!secret.empty());
   OSSL_PARAM params[] = {
       OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY,
-                                        const_cast<char*>(secret.empty() ? reinterpret_cast<const char*>(kZero)
-                                                                         : secret.data()),
-                                        secret.empty() ? 1 : secret.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(secret.data()), secret.size()),
       OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()), salt.size()),
       OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()), info.size()),
       OSSL_PARAM_construct_end()};

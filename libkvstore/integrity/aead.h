@@ -19,7 +19,9 @@ inline constexpr size_t kAeadNonceSize = 12;  // 96 bits
 inline constexpr size_t kAeadTagSize = 16;
 
 // HKDF-SHA256 (RFC 5869, extract then expand) of `secret` with `salt` and
-// `info`: `size` bytes (at most 255 * 32).
+// `info`: `size` bytes (at most 255 * 32). REQUIRES: !secret.empty() (every
+// caller refuses an empty secret or salt first; OpenSSL refuses an empty key,
+// and no stand-in is substituted, so two secrets never share a key).
 std::string HkdfSha256(std::string_view secret, std::string_view salt, std::string_view info, size_t size);
 
 // Fills `out` from the system's cryptographic generator; false when it fails.
