@@ -120,8 +120,13 @@ int UnlinkDeferringTeardown(const std::string& path) {
 // the temp file's name, which the next write of `to` removes.
 bool ReplaceByExchange(const std::string& from, const std::string& to, Status* status) {
   if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) return false;
-  struct stat old;
-  if (lstat(from.c_str(), &old) == 0 && !S_ISREG(old.st_mode)) {
+  *status = Status::OK();
+  struct stat old, now;
+  if (lstat(from.c_str(), &old) != 0) return true;  // already gone: nothing to remove
+  // Two names of one file (one path spelled twice, or two hard links): the
+  // exchange changed nothing and, as with rename(2), nothing is removed.
+  if (lstat(to.c_str(), &now) == 0 && now.st_dev == old.st_dev && now.st_ino == old.st_ino) return true;
+  if (!S_ISREG(old.st_mode)) {
     // Something other than a regular file took `to`'s place after the
     // caller checked it (ReplaceTarget): put it back rather than replace it.
     if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
@@ -134,7 +139,6 @@ bool ReplaceByExchange(const std::string& from, const std::string& to, Status* s
   // The new file is in place; an old file this fails to remove is a stale
   // temp file like any other.
   (void)UnlinkDeferringTeardown(from);
-  *status = Status::OK();
   return true;
 }
 
