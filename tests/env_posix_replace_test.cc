@@ -105,6 +105,29 @@ TEST(PosixReplaceTest, WriteRefusesWhatRacedIntoTheTargetsPlace) {
   }
 }
 
+// The swap-back fails when the new file is removed from the target's name
+// in that instant: the FIFO that raced in is still put back, not left under
+// the temp file's name for WriteFileAtomic to remove.
+TEST(PosixReplaceTest, AFailedSwapBackStillPutsBackWhatRacedIn) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = tmp.Join("out");
+  ASSERT_OK(WriteString(env, path, "old"));
+  ExchangeHook hook([&](int call, bool after) {
+    if (after) return;
+    if (call == 0) {
+      unlink(path.c_str());
+      ASSERT_EQ(mkfifo(path.c_str(), 0644), 0);
+    } else {
+      unlink(path.c_str());  // the new file, gone: the swap-back fails
+    }
+  });
+  EXPECT_THAT(WriteStringAtomic(env, path, AsBytes("new")),
+              HasCode(StatusCode::kIOError, path + ": not a regular file (FIFO)"));
+  EXPECT_EQ(FileType(path), S_IFIFO);
+  EXPECT_THAT(env->GetChildren(tmp.path()).value(), ::testing::ElementsAre("out"));
+}
+
 // A signal handler that removes the temp files in progress between the
 // exchange and the unlink removes the old file (now under the temp name):
 // the target holds the new bytes and nothing else is left.

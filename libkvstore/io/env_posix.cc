@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <utility>
 
 #include "kvstore/env.h"
@@ -107,6 +108,22 @@ int UnlinkDeferringTeardown(const std::string& path) {
   return result;
 }
 
+// Puts back what took `to`'s place (now under `from`'s name) when the
+// exchange found it is not a regular file. Should the second exchange fail
+// (the new file was removed from `to` in that instant), a rename still puts
+// it back: left under `from`'s name, the caller would remove it as its temp
+// file.
+Status PutBack(const std::string& from, const std::string& to, mode_t mode) {
+  Status refused = NotRegularFile(to, mode, "replace it");
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0 ||
+      rename(from.c_str(), to.c_str()) == 0) {
+    return refused;
+  }
+  const int err = errno;
+  return Status::IOError(std::string(refused.message()) + ", but putting it back failed (" +
+                         std::generic_category().message(err) + ")");
+}
+
 // Replaces `to` by `from` with renameat2(RENAME_EXCHANGE) followed by an
 // unlink of the old file under `from`'s name. `to` always names a complete
 // file, as with rename(2), but:
@@ -129,11 +146,7 @@ bool ReplaceByExchange(const std::string& from, const std::string& to, Status* s
   if (!S_ISREG(old.st_mode)) {
     // Something other than a regular file took `to`'s place after the
     // caller checked it (ReplaceTarget): put it back rather than replace it.
-    if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
-      *status = PosixError("restore '" + to + "' after exchanging it with", from, errno);
-    } else {
-      *status = NotRegularFile(to, old.st_mode, "replace it");
-    }
+    *status = PutBack(from, to, old.st_mode);
     return true;
   }
   // The new file is in place; an old file this fails to remove is a stale
