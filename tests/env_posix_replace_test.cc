@@ -2,12 +2,14 @@
 // teardown runs on the pool) under hostile conditions: a name given twice,
 // something raced into the target's place, a swap-back that fails, a signal
 // handler in the middle, concurrent writers and readers, a busy pool.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <mutex>
@@ -17,6 +19,7 @@
 
 #include "env_test_util.h"
 #include "kvstore/env.h"
+#include "libkvstore/util/task_pool.h"
 #include "testutil.h"
 
 namespace {
@@ -61,6 +64,15 @@ class ExchangeHook {
 mode_t FileType(const std::string& path) {
   struct stat st;
   return lstat(path.c_str(), &st) == 0 ? st.st_mode & S_IFMT : 0;
+}
+
+int OpenDescriptors() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (readdir(d) != nullptr) ++n;
+  closedir(d);
+  return n;
 }
 
 // rename(2) of a file onto itself, under one spelling or two, or onto
@@ -183,6 +195,49 @@ TEST(PosixReplaceTest, ConcurrentReplacementsOfOnePath) {
   const std::string last = ReadString(env, path).value();
   EXPECT_TRUE(last == a || last == b);
   EXPECT_THAT(env->GetChildren(tmp.path()).value(), ::testing::ElementsAre("out"));
+}
+
+// With every pool worker busy, removed files' descriptors wait for a
+// worker; they must not pile up without bound (each is a descriptor of the
+// process's limit, and the file's blocks stay allocated), and they are all
+// closed once the workers are free.
+TEST(PosixReplaceTest, DeferredClosesDoNotPileUpBehindABusyPool) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  constexpr int kFiles = 300;
+  for (int i = 0; i < kFiles; ++i) ASSERT_OK(WriteString(env, tmp.Join(std::to_string(i)), "x"));
+  TaskPool& pool = TaskPool::Shared();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int blocked = 0, finished = 0;
+  for (int i = 0; i < pool.max_workers(); ++i) {
+    ASSERT_TRUE(pool.TrySchedule([&] {
+      std::unique_lock<std::mutex> l(mu);
+      ++blocked;
+      cv.notify_all();
+      cv.wait(l, [&] { return release; });
+      ++finished;
+      cv.notify_all();
+    }));
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return blocked == pool.max_workers(); });
+  }
+  const int before = OpenDescriptors();
+  // EXPECT, not ASSERT: the workers must be released whatever happens.
+  for (int i = 0; i < kFiles; ++i) EXPECT_OK(env->RemoveFile(tmp.Join(std::to_string(i))));
+  const int pending = OpenDescriptors() - before;
+  {
+    std::unique_lock<std::mutex> l(mu);
+    release = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return finished == pool.max_workers(); });
+  }
+  EXPECT_LE(pending, 64);
+  for (int wait = 0; wait < 500 && OpenDescriptors() > before; ++wait) usleep(10'000);
+  EXPECT_EQ(OpenDescriptors(), before);
 }
 
 }  // namespace

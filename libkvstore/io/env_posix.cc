@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -91,8 +92,21 @@ Status MakeDir(const std::string& dir) {
 // blocks, which costs about as much as writing it did (0.16 s per 512 MiB
 // on the 2-core VM of docs/performance.md). A pool worker does that, so the
 // call that replaced or removed the file returns without waiting for it.
+// While the workers are busy the descriptors wait in the queue, each one
+// counting against the process's descriptor limit and keeping its file's
+// blocks allocated: past kMaxDeferredCloses waiting, the caller closes.
+constexpr int kMaxDeferredCloses = 32;
+std::atomic<int> deferred_closes{0};
+
 void CloseInBackground(int fd) {
-  if (!TaskPool::Shared().TrySchedule([fd] { close(fd); })) close(fd);
+  if (deferred_closes.fetch_add(1) < kMaxDeferredCloses && TaskPool::Shared().TrySchedule([fd] {
+        close(fd);
+        deferred_closes.fetch_sub(1);
+      })) {
+    return;
+  }
+  deferred_closes.fetch_sub(1);
+  close(fd);
 }
 
 // Removes the name `path`; the file behind it, when this was its last name,
