@@ -121,9 +121,12 @@ class Env {
   // existing files with WriteFileAtomic instead.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
   // Atomically replaces `to` by `from` (POSIX rename). NotFound when `from`
-  // does not exist. The POSIX Env refuses (IOError, both left as they were)
-  // to replace anything at `to` but a regular file, and frees the replaced
-  // file's pages and blocks in the background (RENAME_EXCHANGE, then unlink).
+  // does not exist; OK, changing nothing, when both name one file. The
+  // POSIX Env refuses (IOError, both left as they were) to replace anything
+  // at `to` but a regular file, and frees the replaced file's pages and
+  // blocks in the background (RENAME_EXCHANGE, then unlink; a few dozen
+  // such frees wait for busy pool workers at most, beyond that the caller
+  // does them).
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
   // NotFound when `path` does not exist. The POSIX Env frees a removed
   // file's pages and blocks in the background.

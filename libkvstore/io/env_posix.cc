@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <utility>
 
 #include "kvstore/env.h"
@@ -90,8 +92,21 @@ Status MakeDir(const std::string& dir) {
 // blocks, which costs about as much as writing it did (0.16 s per 512 MiB
 // on the 2-core VM of docs/performance.md). A pool worker does that, so the
 // call that replaced or removed the file returns without waiting for it.
+// While the workers are busy the descriptors wait in the queue, each one
+// counting against the process's descriptor limit and keeping its file's
+// blocks allocated: past kMaxDeferredCloses waiting, the caller closes.
+constexpr int kMaxDeferredCloses = 32;
+std::atomic<int> deferred_closes{0};
+
 void CloseInBackground(int fd) {
-  if (!TaskPool::Shared().TrySchedule([fd] { close(fd); })) close(fd);
+  if (deferred_closes.fetch_add(1) < kMaxDeferredCloses && TaskPool::Shared().TrySchedule([fd] {
+        close(fd);
+        deferred_closes.fetch_sub(1);
+      })) {
+    return;
+  }
+  deferred_closes.fetch_sub(1);
+  close(fd);
 }
 
 // Removes the name `path`; the file behind it, when this was its last name,
@@ -107,6 +122,22 @@ int UnlinkDeferringTeardown(const std::string& path) {
   return result;
 }
 
+// Puts back what took `to`'s place (now under `from`'s name) when the
+// exchange found it is not a regular file. Should the second exchange fail
+// (the new file was removed from `to` in that instant), a rename still puts
+// it back: left under `from`'s name, the caller would remove it as its temp
+// file.
+Status PutBack(const std::string& from, const std::string& to, mode_t mode) {
+  Status refused = NotRegularFile(to, mode, "replace it");
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0 ||
+      rename(from.c_str(), to.c_str()) == 0) {
+    return refused;
+  }
+  const int err = errno;
+  return Status::IOError(std::string(refused.message()) + ", but putting it back failed (" +
+                         std::generic_category().message(err) + ")");
+}
+
 // Replaces `to` by `from` with renameat2(RENAME_EXCHANGE) followed by an
 // unlink of the old file under `from`'s name. `to` always names a complete
 // file, as with rename(2), but:
@@ -120,21 +151,21 @@ int UnlinkDeferringTeardown(const std::string& path) {
 // the temp file's name, which the next write of `to` removes.
 bool ReplaceByExchange(const std::string& from, const std::string& to, Status* status) {
   if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) return false;
-  struct stat old;
-  if (lstat(from.c_str(), &old) == 0 && !S_ISREG(old.st_mode)) {
+  *status = Status::OK();
+  struct stat old, now;
+  if (lstat(from.c_str(), &old) != 0) return true;  // already gone: nothing to remove
+  // Two names of one file (one path spelled twice, or two hard links): the
+  // exchange changed nothing and, as with rename(2), nothing is removed.
+  if (lstat(to.c_str(), &now) == 0 && now.st_dev == old.st_dev && now.st_ino == old.st_ino) return true;
+  if (!S_ISREG(old.st_mode)) {
     // Something other than a regular file took `to`'s place after the
     // caller checked it (ReplaceTarget): put it back rather than replace it.
-    if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
-      *status = PosixError("restore '" + to + "' after exchanging it with", from, errno);
-    } else {
-      *status = NotRegularFile(to, old.st_mode, "replace it");
-    }
+    *status = PutBack(from, to, old.st_mode);
     return true;
   }
   // The new file is in place; an old file this fails to remove is a stale
   // temp file like any other.
   (void)UnlinkDeferringTeardown(from);
-  *status = Status::OK();
   return true;
 }
 

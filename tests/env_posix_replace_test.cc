@@ -1,0 +1,244 @@
+// The POSIX Env's replacing rename (RENAME_EXCHANGE, then an unlink whose
+// teardown runs on the pool) under hostile conditions: a name given twice,
+// something raced into the target's place, a swap-back that fails, a signal
+// handler in the middle, concurrent writers and readers, a busy pool.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "env_test_util.h"
+#include "kvstore/env.h"
+#include "libkvstore/util/task_pool.h"
+#include "testutil.h"
+
+namespace {
+
+// Runs before each renameat2 call with RENAME_EXCHANGE (its 0-based number
+// since the hook was set) and after it, with its result; null: none.
+std::function<void(int call, bool after)> exchange_hook;
+int exchange_calls = 0;
+
+}  // namespace
+
+// The library's renameat2 calls land here (this executable links the library
+// statically), so a test can act between the steps of one RenameFile: what
+// another process might do in that instant. Without a hook it is the system
+// call itself.
+extern "C" int renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
+                         unsigned int flags) noexcept {
+  const bool hooked = exchange_hook && (flags & RENAME_EXCHANGE) != 0;
+  const int call = hooked ? exchange_calls++ : 0;
+  if (hooked) exchange_hook(call, /*after=*/false);
+  const int result = static_cast<int>(syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags));
+  const int err = errno;
+  if (hooked) exchange_hook(call, /*after=*/true);
+  errno = err;
+  return result;
+}
+
+namespace kvstore::testing {
+namespace {
+
+class ExchangeHook {
+ public:
+  explicit ExchangeHook(std::function<void(int, bool)> hook) {
+    exchange_calls = 0;
+    exchange_hook = std::move(hook);
+  }
+  ~ExchangeHook() { exchange_hook = nullptr; }
+  ExchangeHook(const ExchangeHook&) = delete;
+  ExchangeHook& operator=(const ExchangeHook&) = delete;
+};
+
+mode_t FileType(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 ? st.st_mode & S_IFMT : 0;
+}
+
+int OpenDescriptors() {
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (readdir(d) != nullptr) ++n;
+  closedir(d);
+  return n;
+}
+
+// rename(2) of a file onto itself, under one spelling or two, or onto
+// another hard link of it, does nothing; so does RenameFile.
+TEST(PosixReplaceTest, RenameOntoTheSameFileKeepsIt) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = tmp.Join("f"), link_name = tmp.Join("g");
+  ASSERT_OK(WriteString(env, path, "kept"));
+  ASSERT_OK(env->RenameFile(path, path));
+  EXPECT_EQ(ReadString(env, path).value(), "kept");
+  ASSERT_OK(env->RenameFile(tmp.path() + "/./f", path));
+  EXPECT_EQ(ReadString(env, path).value(), "kept");
+  ASSERT_EQ(link(path.c_str(), link_name.c_str()), 0);
+  ASSERT_OK(env->RenameFile(link_name, path));
+  EXPECT_EQ(ReadString(env, path).value(), "kept");
+  EXPECT_EQ(ReadString(env, link_name).value(), "kept");
+}
+
+// A FIFO or a symbolic link that takes the target's place between
+// WriteFileAtomic's check and its rename is refused and left there; the
+// file the link leads to is untouched, and no temp file remains.
+TEST(PosixReplaceTest, WriteRefusesWhatRacedIntoTheTargetsPlace) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = tmp.Join("out"), elsewhere = tmp.Join("elsewhere");
+  ASSERT_OK(WriteString(env, elsewhere, "not ours"));
+  for (const bool fifo : {true, false}) {
+    SCOPED_TRACE(fifo ? "FIFO" : "symbolic link");
+    ASSERT_OK(WriteString(env, path, "old"));
+    ExchangeHook hook([&](int call, bool after) {
+      if (call != 0 || after) return;
+      unlink(path.c_str());
+      ASSERT_EQ(fifo ? mkfifo(path.c_str(), 0644) : symlink(elsewhere.c_str(), path.c_str()), 0);
+    });
+    EXPECT_THAT(WriteStringAtomic(env, path, AsBytes("new")),
+                HasCode(StatusCode::kIOError, path + ": not a regular file"));
+    EXPECT_EQ(FileType(path), fifo ? S_IFIFO : S_IFLNK);
+    EXPECT_EQ(ReadString(env, elsewhere).value(), "not ours");
+    EXPECT_THAT(env->GetChildren(tmp.path()).value(), ::testing::UnorderedElementsAre("out", "elsewhere"));
+    ASSERT_EQ(unlink(path.c_str()), 0);
+  }
+}
+
+// The swap-back fails when the new file is removed from the target's name
+// in that instant: the FIFO that raced in is still put back, not left under
+// the temp file's name for WriteFileAtomic to remove.
+TEST(PosixReplaceTest, AFailedSwapBackStillPutsBackWhatRacedIn) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = tmp.Join("out");
+  ASSERT_OK(WriteString(env, path, "old"));
+  ExchangeHook hook([&](int call, bool after) {
+    if (after) return;
+    if (call == 0) {
+      unlink(path.c_str());
+      ASSERT_EQ(mkfifo(path.c_str(), 0644), 0);
+    } else {
+      unlink(path.c_str());  // the new file, gone: the swap-back fails
+    }
+  });
+  EXPECT_THAT(WriteStringAtomic(env, path, AsBytes("new")),
+              HasCode(StatusCode::kIOError, path + ": not a regular file (FIFO)"));
+  EXPECT_EQ(FileType(path), S_IFIFO);
+  EXPECT_THAT(env->GetChildren(tmp.path()).value(), ::testing::ElementsAre("out"));
+}
+
+// A signal handler that removes the temp files in progress between the
+// exchange and the unlink removes the old file (now under the temp name):
+// the target holds the new bytes and nothing else is left.
+TEST(PosixReplaceTest, SignalCleanupBetweenExchangeAndUnlink) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = tmp.Join("out");
+  ASSERT_OK(WriteString(env, path, "old"));
+  int removed = -1;
+  ExchangeHook hook([&](int call, bool after) {
+    if (call == 0 && after) removed = RemoveTempFilesInProgress();
+  });
+  ASSERT_OK(WriteStringAtomic(env, path, AsBytes("new")));
+  EXPECT_EQ(removed, 1);
+  EXPECT_EQ(ReadString(env, path).value(), "new");
+  EXPECT_THAT(env->GetChildren(tmp.path()).value(), ::testing::ElementsAre("out"));
+}
+
+// Two threads replacing one path while a third maps it: every write
+// succeeds, every read sees one whole version, and no temp file is left.
+TEST(PosixReplaceTest, ConcurrentReplacementsOfOnePath) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string path = tmp.Join("out");
+  const std::string a(4096, 'a'), b(8192, 'b');
+  ASSERT_OK(WriteStringAtomic(env, path, AsBytes(a)));
+  std::atomic<bool> done{false};
+  std::atomic<int> bad_reads{0}, reads{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      Result<std::string> got = ReadString(env, path);
+      ++reads;
+      if (!got.ok() || (*got != a && *got != b)) ++bad_reads;
+    }
+  });
+  std::vector<Status> failures;
+  std::mutex mu;
+  auto writer = [&](const std::string& content) {
+    for (int i = 0; i < 200; ++i) {
+      if (Status s = WriteStringAtomic(env, path, AsBytes(content)); !s.ok()) {
+        std::lock_guard<std::mutex> l(mu);
+        failures.push_back(s);
+      }
+    }
+  };
+  std::thread wa(writer, a), wb(writer, b);
+  wa.join();
+  wb.join();
+  done = true;
+  reader.join();
+  EXPECT_TRUE(failures.empty()) << failures.front().ToString();
+  EXPECT_EQ(bad_reads.load(), 0) << "of " << reads.load();
+  const std::string last = ReadString(env, path).value();
+  EXPECT_TRUE(last == a || last == b);
+  EXPECT_THAT(env->GetChildren(tmp.path()).value(), ::testing::ElementsAre("out"));
+}
+
+// With every pool worker busy, removed files' descriptors wait for a
+// worker; they must not pile up without bound (each is a descriptor of the
+// process's limit, and the file's blocks stay allocated), and they are all
+// closed once the workers are free.
+TEST(PosixReplaceTest, DeferredClosesDoNotPileUpBehindABusyPool) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  constexpr int kFiles = 300;
+  for (int i = 0; i < kFiles; ++i) ASSERT_OK(WriteString(env, tmp.Join(std::to_string(i)), "x"));
+  TaskPool& pool = TaskPool::Shared();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int blocked = 0, finished = 0;
+  for (int i = 0; i < pool.max_workers(); ++i) {
+    ASSERT_TRUE(pool.TrySchedule([&] {
+      std::unique_lock<std::mutex> l(mu);
+      ++blocked;
+      cv.notify_all();
+      cv.wait(l, [&] { return release; });
+      ++finished;
+      cv.notify_all();
+    }));
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return blocked == pool.max_workers(); });
+  }
+  const int before = OpenDescriptors();
+  // EXPECT, not ASSERT: the workers must be released whatever happens.
+  for (int i = 0; i < kFiles; ++i) EXPECT_OK(env->RemoveFile(tmp.Join(std::to_string(i))));
+  const int pending = OpenDescriptors() - before;
+  {
+    std::unique_lock<std::mutex> l(mu);
+    release = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return finished == pool.max_workers(); });
+  }
+  EXPECT_LE(pending, 64);
+  for (int wait = 0; wait < 500 && OpenDescriptors() > before; ++wait) usleep(10'000);
+  EXPECT_EQ(OpenDescriptors(), before);
+}
+
+}  // namespace
+}  // namespace kvstore::testing
