@@ -126,7 +126,7 @@ class Env {
   // at `to` but a regular file, and frees the replaced file's pages and
   // blocks in the background (RENAME_EXCHANGE, then unlink; a few dozen
   // such frees wait for busy pool workers at most, beyond that the caller
-  // does them).
+  // does them; a child of fork() does those it inherits at once).
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
   // NotFound when `path` does not exist. The POSIX Env frees a removed
   // file's pages and blocks in the background.

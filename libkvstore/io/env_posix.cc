@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -92,20 +93,44 @@ Status MakeDir(const std::string& dir) {
 // blocks, which costs about as much as writing it did (0.16 s per 512 MiB
 // on the 2-core VM of docs/performance.md). A pool worker does that, so the
 // call that replaced or removed the file returns without waiting for it.
-// While the workers are busy the descriptors wait in the queue, each one
+// While the workers are busy the descriptors wait in a fixed table, each one
 // counting against the process's descriptor limit and keeping its file's
-// blocks allocated: past kMaxDeferredCloses waiting, the caller closes.
+// blocks allocated: with every slot taken, the caller closes. The table,
+// unlike the pool's queue, is visible to the child of a fork(), which
+// inherits the descriptors but not the tasks that would close them: the
+// child closes them at once (pthread_atfork), so that it does not hold the
+// removed files' blocks for as long as it lives.
 constexpr int kMaxDeferredCloses = 32;
-std::atomic<int> deferred_closes{0};
+
+struct DeferredCloses {
+  std::atomic<int> fds[kMaxDeferredCloses];
+  DeferredCloses() {
+    for (std::atomic<int>& fd : fds) fd.store(-1);
+    pthread_atfork(nullptr, nullptr, [] { Table().CloseAll(); });
+  }
+  static DeferredCloses& Table() {
+    static auto* table = new DeferredCloses;  // never destroyed: closes may still run at exit
+    return *table;
+  }
+  // Closes what `slot` holds and frees it; whoever empties a slot closes.
+  static void CloseSlot(std::atomic<int>& slot) {
+    const int fd = slot.exchange(-1);
+    if (fd >= 0) close(fd);
+  }
+  void CloseAll() {
+    for (std::atomic<int>& slot : fds) CloseSlot(slot);
+  }
+};
 
 void CloseInBackground(int fd) {
-  if (deferred_closes.fetch_add(1) < kMaxDeferredCloses && TaskPool::Shared().TrySchedule([fd] {
-        close(fd);
-        deferred_closes.fetch_sub(1);
-      })) {
+  for (std::atomic<int>& slot : DeferredCloses::Table().fds) {
+    int empty = -1;
+    if (!slot.compare_exchange_strong(empty, fd)) continue;
+    if (!TaskPool::Shared().TrySchedule([&slot] { DeferredCloses::CloseSlot(slot); })) {
+      DeferredCloses::CloseSlot(slot);  // no worker: nobody else will
+    }
     return;
   }
-  deferred_closes.fetch_sub(1);
   close(fd);
 }
 
