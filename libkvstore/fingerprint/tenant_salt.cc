@@ -1,10 +1,9 @@
 // TenantSalt: the per-tier keys of a tenant salt (HKDF-SHA256, RFC 5869).
 #include "kvstore/tenant_salt.h"
 
-#include <cstring>
-
 #include "libkvstore/integrity/aead.h"
 #include "libkvstore/integrity/sha256.h"
+#include "libkvstore/util/hex.h"
 
 namespace kvstore {
 namespace {
@@ -27,10 +26,7 @@ Result<TenantSalt> TenantSalt::Make(std::string_view salt) {
   }
   TenantSalt out;
   for (size_t i = 0; i < out.keys_.size(); ++i) {
-    const std::string key = HkdfSha256(salt, kExtractSalt, kTierInfo[i], Sha256Digest::kSize);
-    std::array<uint8_t, Sha256Digest::kSize> bytes;
-    std::memcpy(bytes.data(), key.data(), bytes.size());
-    out.keys_[i] = Sha256Digest(bytes).ToHex();
+    out.keys_[i] = HexEncode(HkdfSha256(salt, kExtractSalt, kTierInfo[i], Sha256Digest::kSize));
   }
   return out;
 }

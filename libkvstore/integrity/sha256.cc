@@ -12,13 +12,9 @@
 #include "kvstore/array.h"
 #include "kvstore/digest.h"
 #include "libkvstore/integrity/sha1.h"
+#include "libkvstore/util/hex.h"
 
 namespace kvstore {
-
-namespace {
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-}  // namespace
 
 std::string Sha256Digest::ToHex() const { return Digest(*this).ToHex(); }
 
@@ -123,12 +119,7 @@ std::string Sha1Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha1(), nullptr) != 1) throw std::bad_alloc();
-  std::string out(2 * len, '0');
-  for (unsigned int i = 0; i < len; ++i) {
-    out[2 * i] = kHexDigits[digest[i] >> 4];
-    out[2 * i + 1] = kHexDigits[digest[i] & 0xF];
-  }
-  return out;
+  return HexEncode(std::as_bytes(std::span(digest, len)));
 }
 
 bool ConstantTimeEqual(const Sha256Digest& a, const Sha256Digest& b) {
