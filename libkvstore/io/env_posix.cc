@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <utility>
 
@@ -170,28 +171,24 @@ Status PutBack(const std::string& from, const std::string& to, mode_t mode) {
 //   for files renamed over an existing one without an fsync: 0.06 s per
 //   512 MiB on the caller's thread, for writes that chose not to sync);
 // - the old file's teardown happens in the background.
-// Returns false, having changed nothing, when the exchange is not possible
+// Returns nullopt, having changed nothing, when the exchange is not possible
 // (nothing at `to`, or a file system without RENAME_EXCHANGE): the caller
 // renames. A crash between exchange and unlink leaves the old bytes under
 // the temp file's name, which the next write of `to` removes.
-bool ReplaceByExchange(const std::string& from, const std::string& to, Status* status) {
-  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) return false;
-  *status = Status::OK();
+std::optional<Status> ReplaceByExchange(const std::string& from, const std::string& to) {
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) return std::nullopt;
   struct stat old, now;
-  if (lstat(from.c_str(), &old) != 0) return true;  // already gone: nothing to remove
+  if (lstat(from.c_str(), &old) != 0) return Status::OK();  // already gone: nothing to remove
   // Two names of one file (one path spelled twice, or two hard links): the
   // exchange changed nothing and, as with rename(2), nothing is removed.
-  if (lstat(to.c_str(), &now) == 0 && now.st_dev == old.st_dev && now.st_ino == old.st_ino) return true;
-  if (!S_ISREG(old.st_mode)) {
-    // Something other than a regular file took `to`'s place after the
-    // caller checked it (ReplaceTarget): put it back rather than replace it.
-    *status = PutBack(from, to, old.st_mode);
-    return true;
-  }
+  if (lstat(to.c_str(), &now) == 0 && now.st_dev == old.st_dev && now.st_ino == old.st_ino) return Status::OK();
+  // Something other than a regular file took `to`'s place after the caller
+  // checked it (ReplaceTarget): put it back rather than replace it.
+  if (!S_ISREG(old.st_mode)) return PutBack(from, to, old.st_mode);
   // The new file is in place; an old file this fails to remove is a stale
   // temp file like any other.
   (void)UnlinkDeferringTeardown(from);
-  return true;
+  return Status::OK();
 }
 
 class PosixEnv final : public Env {
@@ -230,7 +227,7 @@ class PosixEnv final : public Env {
   }
 
   Status RenameFile(const std::string& from, const std::string& to) override {
-    if (Status exchanged; ReplaceByExchange(from, to, &exchanged)) return exchanged;
+    if (std::optional<Status> exchanged = ReplaceByExchange(from, to)) return *exchanged;
     if (rename(from.c_str(), to.c_str()) != 0) {
       return PosixError("rename '" + from + "' to", to, errno);
     }
