@@ -174,6 +174,8 @@ def run(args):
                 out_new, kvstore.mlx_lm.load_prompt_cache(src_x, verify=True), integrity="xxh3", durable=False),
             "save: mlx-lm": lambda: mlx_cache.save_prompt_cache(out, in_memory),
             "save: kvstore": lambda: kvstore.mlx_lm.save_prompt_cache(out, in_memory, integrity=True),
+            "save: kvstore-x": lambda: kvstore.mlx_lm.save_prompt_cache(out, in_memory, integrity="xxh3",
+                                                                        durable=False),
         }
         if args.only:
             fns = {name: fn for name, fn in fns.items()
