@@ -9,9 +9,10 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   zstd openssl xxhash               # reference tools for bench/ and tests
   # The Python package (python/, built for Debian's /usr/bin/python3) and its
-  # tests; libopenblas0-pthread and libgfortran5 let ../shared/mlx-ref's MLX import.
+  # tests; libopenblas0-pthread and libgfortran5 let ../shared/mlx-ref's MLX import;
+  # python3-prometheus-client for docs/python.md's /metrics example and its test.
   pybind11-dev python3-dev python3-pytest python3-setuptools python3-pip python3-numpy
-  libopenblas0-pthread libgfortran5
+  python3-prometheus-client libopenblas0-pthread libgfortran5
   redis-server redis-tools libhiredis-dev pkg-config   # shared tier and its tests
 )
 if [[ "${KVSTORE_WITH_CLANG:-0}" == 1 ]]; then
