@@ -7,7 +7,7 @@
 # It tests the committed tree (git archive HEAD), not uncommitted edits. The
 # repository's ../shared (mlx-ref, fixtures) is copied beside it, as CI has it,
 # unless --no-shared; tests that need it then skip, saying why. --keep leaves
-# the root in WORK_DIR (default: a new directory under /var/tmp) for a look.
+# the root in WORK_DIR (a new directory; default: one under /var/tmp) for a look.
 # Environment: KVSTORE_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 # Needs root (debootstrap, chroot, mounts) and the Debian mirror; about 20
 # minutes on 2 cores, most of it the build and the tests.
@@ -32,7 +32,13 @@ mirror=${KVSTORE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 if ! command -v debootstrap >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 fi
-work=${work:-$(mktemp -d /var/tmp/kvstore-fresh-debian.XXXXXX)}
+if [[ -n $work ]]; then
+  # Removed at the end unless --keep: only a directory this script makes.
+  if [[ -e $work ]]; then echo "fresh-debian-check: $work exists; name a new directory" >&2; exit 1; fi
+  mkdir -p "$work"
+else
+  work=$(mktemp -d /var/tmp/kvstore-fresh-debian.XXXXXX)
+fi
 target=$work/root
 mounted=()
 cleanup() {
