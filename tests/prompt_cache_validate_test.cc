@@ -87,6 +87,12 @@ std::vector<HostileCase> HostileCases() {
   rotating("RotatingIdxBeyondMaxSize", Rotating({"0", "4", "4", "5"}),
            "meta_state offset 4 / _idx 5 out of range for 4 buffered rows");
   rotating("RotatingKeepBeyondMaxSize", Rotating({"5", "4", "4", "4"}), keep_rule + "5, max_size 4");
+  // _idx may pass the buffered rows only with keep == max_size (docs/format.md L8): a wrapped
+  // window with keep < max_size writes at _idx, so one beyond its rows would write past them.
+  rotating("RotatingIdxBeyondRowsWithKeepBelowMaxSize", Rotating({"2", "4", "11", "5"}),
+           "meta_state offset 11 / _idx 5 out of range for 4 buffered rows");
+  rotating("RotatingIdxBeyondOffsetWithKeepAtMaxSize", Rotating({"4", "4", "5", "6"}),
+           "meta_state offset 5 / _idx 6 out of range for 4 buffered rows");
   // ---- states mlx-lm cannot save (L16-L19) ----
   rotating("RotatingRowsBeyondOffset", Rotating({"0", "16", "3", "3"}),
            "offset 3, 4 rows stored: a saved state holds at most offset rows");
@@ -198,6 +204,27 @@ std::vector<HostileCase> HostileCases() {
   return c;
 }
 
+// The other side of L8's _idx rule: mlx-lm reaches these states, so they load.
+TEST(RotatingIdxRule, ReachableWindowsLoad) {
+  const Array k = F16(kKV);  // 4 rows
+  const std::vector<NamedArray> rot = {{"0.0", k}, {"0.1", k}};
+  struct Window {
+    const char* what;
+    std::vector<std::string> meta;  // keep, max_size, offset, _idx
+  };
+  for (const Window& w : {Window{"wrapped, next write at the last row", {"2", "4", "11", "4"}},
+                          Window{"wrapped, next write after keep", {"2", "4", "11", "3"}},
+                          Window{"keep == max_size: _idx counts on past the rows", {"4", "4", "11", "9"}},
+                          Window{"keep == max_size: _idx at offset", {"4", "4", "11", "11"}}}) {
+    SCOPED_TRACE(w.what);
+    std::unique_ptr<Env> env = NewMemEnv();
+    ASSERT_OK(WriteRaw(env.get(), kPath, rot, Rotating(w.meta)));
+    EXPECT_OK(ValidatePromptCacheFile(env.get(), kPath));
+    ASSERT_OK_AND_ASSIGN(LoadedPromptCache loaded, LoadPromptCache(env.get(), kPath));
+    EXPECT_EQ(loaded.cache.at(0)->meta_state(), MetaState::Strings(w.meta));
+  }
+}
+
 class HostileLayerTest : public ::testing::TestWithParam<HostileCase> {
  protected:
   void SetUp() override { ASSERT_OK(WriteRaw(env_.get(), kPath, GetParam().tensors, GetParam().metadata)); }
@@ -252,7 +279,7 @@ TEST_P(HostileLayerTest, InspectionListsTheProblemUnderItsLayer) {
 INSTANTIATE_TEST_SUITE_P(All, HostileLayerTest, ::testing::ValuesIn(HostileCases()),
                          [](const ::testing::TestParamInfo<HostileCase>& p) { return p.param.name; });
 
-TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 44u); }
+TEST(HostileLayerCasesTest, CoverEveryKindTheIssueListsAndMore) { EXPECT_EQ(HostileCases().size(), 46u); }
 
 // Every file mlx-lm wrote (all versions) passes, as it loads.
 TEST(ValidateTest, EveryFixtureIsValid) {

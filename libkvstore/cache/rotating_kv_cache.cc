@@ -82,10 +82,13 @@ Status RotatingKVCache::SetMetaState(const MetaState& meta) {
         "RotatingKVCache: meta_state needs max_size >= 1 and 0 <= keep <= max_size, got keep " +
         std::to_string(keep) + ", max_size " + std::to_string(max_size));
   }
-  // _idx may pass the rows (keep == max_size drops writes past the end,
-  // as upstream) but never the tokens seen; CheckSavedState has the rest.
+  // _idx, where the next token goes, never passes the tokens seen nor the
+  // buffered rows, except with keep == max_size: there mlx-lm's rotation
+  // restarts at keep, past the end, and drops the writes, while _idx counts
+  // on. CheckSavedState has the rest.
   const int64_t rows = buffers_->empty() ? max_size : buffers_->rows();
-  if (offset < 0 || idx < 0 || idx > std::max(rows, offset)) {
+  const int64_t idx_bound = keep == max_size ? offset : std::min(rows, offset);
+  if (offset < 0 || idx < 0 || idx > idx_bound) {
     return Status::InvalidArgument("RotatingKVCache: meta_state offset " + std::to_string(offset) +
                                    " / _idx " + std::to_string(idx) + " out of range for " +
                                    std::to_string(rows) + " buffered rows");
