@@ -1,7 +1,7 @@
 // kvtool's usage errors: CLI11's errors and an unknown command, reported
 // like every other error ("kvtool: <message>", exit 1) with what was
 // expected, and the help layout of options whose value is attached
-// (--compress[=LEVEL]).
+// (--compress[=LEVEL], --integrity[=ALG]).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/kvtool/kvtool.h"
+#include "kvstore/digest.h"
 
 namespace kvtool {
 namespace {
@@ -62,20 +63,37 @@ CLI::Validator NonEmpty() {
       [](std::string& value) { return value.empty() ? std::string("must not be empty") : ""; }, "");
 }
 
+namespace {
+
 // True for "5", "-3": what --compress's level looks like.
 bool LooksLikeLevel(std::string_view arg) {
   if (arg.starts_with("-")) arg.remove_prefix(1);
   return !arg.empty() && arg.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
+bool LooksLikeDigestName(std::string_view arg) { return kvstore::DigestAlgorithmFromName(arg).has_value(); }
+
+// Flags whose value is attached (--compress[=LEVEL], --integrity[=ALG]):
+// they never take the next argument, which may be IN.
+struct AttachedValueFlag {
+  std::string_view flag;
+  std::string_view value;  // what the value is called in the message
+  bool (*looks_like_value)(std::string_view);
+};
+constexpr AttachedValueFlag kAttachedValueFlags[] = {{"--compress", "level", LooksLikeLevel},
+                                                     {"--integrity", "algorithm", LooksLikeDigestName}};
+
+}  // namespace
+
 std::optional<int> CheckArguments(const CLI::App& app, int argc, char** argv) {
-  // --compress[=LEVEL] never takes the next argument (it may be IN), so a
-  // level written after a space would be read as a file name.
+  // A value written after a space would be read as a file name (or refused
+  // as an extra argument): say how to attach it.
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string_view(argv[i]) == "--compress" && LooksLikeLevel(argv[i + 1])) {
-      return Fail(kExitUsage,
-                  "--compress takes its level after '=': --compress=" + std::string(argv[i + 1]) +
-                      " (a separate argument would be read as a file)");
+    for (const AttachedValueFlag& f : kAttachedValueFlags) {
+      if (std::string_view(argv[i]) != f.flag || !f.looks_like_value(argv[i + 1])) continue;
+      return Fail(kExitUsage, std::string(f.flag) + " takes its " + std::string(f.value) + " after '=': " +
+                                  std::string(f.flag) + "=" + argv[i + 1] +
+                                  " (a separate argument would be read as a file)");
     }
   }
   // kvtool's own options (--help, --version) take no value, so the first

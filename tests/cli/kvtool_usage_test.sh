@@ -43,6 +43,10 @@ expect_exit 0 "" -- convert "$f16" -o "$tmp/c19.safetensors" --compress=19 -q
 "$kvtool" inspect "$tmp/c19.safetensors" | grep -q "safetensors+zstd" || fail "--compress=19 did not compress"
 usage_error "--compress takes its level after '=': --compress=19" -- convert "$f16" -o "$tmp/x" --compress 19
 usage_error "--compress=fast: the level must be a number (--compress[=LEVEL]" -- convert "$f16" -o "$tmp/x" --compress=fast
+# --integrity[=ALG] likewise: the algorithm is attached, and one written after a space is named.
+usage_error "--integrity takes its algorithm after '=': --integrity=xxh3 (a separate argument would be read as a file)" \
+  -- convert "$f16" -o "$tmp/x" --integrity xxh3
+expect_exit 0 "" -- convert --integrity "$f16" -o "$tmp/i.safetensors" -q
 [[ ! -e $tmp/x ]] || fail "a refused conversion wrote its output"
 # --help and docs/cli.md write it the same way.
 "$kvtool" convert --help | grep -q -- '--compress\[=LEVEL\]' || fail "convert --help does not show --compress[=LEVEL]"
