@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kvstore/cache_convert.h"
@@ -46,12 +47,11 @@ void Accumulate(const Array& a, const Array& b, Accumulator& acc) {
 }
 
 Result<std::vector<NamedArray>> Flat(const std::shared_ptr<Cache>& c) {
-  std::vector<NamedArray> out;
-  if (c->Empty() && c->class_name() != "CacheList" && c->class_name() != "ArraysCache" &&
-      c->class_name() != "MambaCache") {
-    return out;
-  }
-  KV_ASSIGN_OR_RETURN(CacheState state, c->State());
+  Result<CacheState> state_or = c->State();
+  // An empty cache whose class keeps its tokens in buffers has no state (as
+  // in mlx-lm), so nothing to compare; an empty ArraysCache still has one.
+  if (!state_or.ok() && c->Empty()) return std::vector<NamedArray>{};
+  KV_ASSIGN_OR_RETURN(CacheState state, std::move(state_or));
   // None slots are skipped on both sides alike.
   std::vector<NamedArray> all;
   std::function<void(const CacheState&, const std::string&)> walk = [&](const CacheState& s, const std::string& name) {
