@@ -133,6 +133,15 @@ class Env {
   virtual Status RemoveFile(const std::string& path) = 0;
   virtual bool FileExists(const std::string& path) = 0;
   virtual Result<uint64_t> GetFileSize(const std::string& path) = 0;
+  // What stat(2) says of `path`, links followed: NotFound when nothing is
+  // there. The in-memory Env has no clock (mtime_ns 0).
+  struct FileStat {
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    bool is_directory = false;
+    bool is_regular = false;
+  };
+  virtual Result<FileStat> Stat(const std::string& path) = 0;
   // Names (not paths) of the entries of `dir`, excluding "." and "..".
   virtual Result<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
   // Creates `dir` (and missing parents). OK if it exists.
@@ -253,6 +262,7 @@ class FaultInjectionEnv : public Env {
   Status RemoveFile(const std::string& path) override;
   bool FileExists(const std::string& path) override;
   Result<uint64_t> GetFileSize(const std::string& path) override;
+  Result<FileStat> Stat(const std::string& path) override;
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override;
   Status CreateDir(const std::string& dir) override;
   Status SyncDir(const std::string& dir) override;

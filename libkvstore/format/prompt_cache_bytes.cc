@@ -63,6 +63,10 @@ class BytesEnv final : public Env {
     if (path != kMemoryPath) return Status::NotFound(path);
     return static_cast<uint64_t>(bytes_->size());
   }
+  Result<FileStat> Stat(const std::string& path) override {
+    if (path != kMemoryPath) return Status::NotFound(path);
+    return FileStat{.size = bytes_->size(), .is_regular = true};
+  }
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override { return ReadOnly(dir); }
   Status CreateDir(const std::string& dir) override { return ReadOnly(dir); }
   Status SyncDir(const std::string& dir) override { return ReadOnly(dir); }

@@ -179,6 +179,8 @@ Result<uint64_t> FaultInjectionEnv::GetFileSize(const std::string& path) {
   return base_->GetFileSize(path);
 }
 
+Result<Env::FileStat> FaultInjectionEnv::Stat(const std::string& path) { return base_->Stat(path); }
+
 Result<std::vector<std::string>> FaultInjectionEnv::GetChildren(const std::string& dir) {
   return base_->GetChildren(dir);
 }

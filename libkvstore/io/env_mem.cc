@@ -170,6 +170,19 @@ class MemEnv final : public Env {
     return static_cast<uint64_t>(it->second->size());
   }
 
+  Result<FileStat> Stat(const std::string& path) override {
+    std::lock_guard<std::mutex> guard(state_->mu);
+    FileStat st;
+    if (auto it = state_->files.find(path); it != state_->files.end()) {
+      st.size = it->second->size();
+      st.is_regular = true;
+      return st;
+    }
+    if (!IsDirLocked(path)) return NotFound("stat", path);
+    st.is_directory = true;
+    return st;
+  }
+
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
     std::lock_guard<std::mutex> guard(state_->mu);
     if (!IsDirLocked(dir)) return NotFound("list directory", dir);

@@ -247,6 +247,22 @@ class PosixEnv final : public Env {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  Result<FileStat> Stat(const std::string& path) override {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return PosixError("stat", path, errno);
+    FileStat out;
+    out.size = static_cast<uint64_t>(st.st_size);
+#if defined(__APPLE__)
+    const struct timespec& mtime = st.st_mtimespec;
+#else
+    const struct timespec& mtime = st.st_mtim;
+#endif
+    out.mtime_ns = static_cast<int64_t>(mtime.tv_sec) * 1000000000 + mtime.tv_nsec;
+    out.is_directory = S_ISDIR(st.st_mode);
+    out.is_regular = S_ISREG(st.st_mode);
+    return out;
+  }
+
   Result<std::vector<std::string>> GetChildren(const std::string& dir) override {
     ScopedFd fd(
         RetryOnEintr([&] { return open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }));

@@ -8,13 +8,14 @@ import warnings
 import weakref
 
 from . import _kvstore
+from .errors import Error
 from ._mlx_bridge import caches_from_layers, layers_from_caches
-from ._model_id import model_id
 from ._model_structures import StoredStructures
 
 log = logging.getLogger("kvstore")
 
 _INT64_MAX = (1 << 63) - 1
+_MODEL_DIGESTS_FILE = "kvstore-model-digests.json"  # beside the disk tier's entries
 
 
 def _deprecated_alias(old_name, old_value, name, value, default):
@@ -95,10 +96,13 @@ class TieredPromptCache:
         self._model_ids = {}  # model key -> stable name (or None), taken once per process
         self._fingerprints = {}  # stable name -> the ModelFingerprint the model produces now
         self._disk = self._shared = self._stored_structures = None
+        digests_file = ""  # model content digests: in memory only without a directory
         if directory is not None:
             directory = _kvstore.expand_user(os.fspath(directory))  # "~/.cache/..." is the home's
             self._disk = _kvstore.DiskStore(directory, min(disk_bytes, _INT64_MAX))
             self._stored_structures = StoredStructures(directory)
+            digests_file = os.path.join(directory, _MODEL_DIGESTS_FILE)
+        self._model_digests = _kvstore.ModelContentDigests(digests_file)
         if redis is not None:
             try:
                 self._shared = _kvstore.SharedTier(os.fspath(redis), redis_key_prefix, redis_secret,
@@ -248,10 +252,17 @@ class TieredPromptCache:
         return key
 
     def _model_id(self, model):
+        """The persistent model id of a model key (from its files' content), or None."""
         try:
             return self._model_ids[model]
         except KeyError:
-            return self._model_ids.setdefault(model, model_id(model))
+            pass
+        try:
+            name = self._model_digests.model_id(model)
+        except Error as e:
+            log.warning("kvstore: model %r has no persistent id, memory tier only: %s", model, e)
+            name = None
+        return self._model_ids.setdefault(model, name)
 
     def _remember(self, name, fingerprint):
         """Record ``fingerprint`` as what the model named ``name`` produces now."""

@@ -226,6 +226,24 @@ def test_new_weights_at_the_same_path_are_another_model(mlx_cache, mx, tmp_path)
         assert got is None and rest == tokens + [5]
 
 
+def test_a_copy_of_the_model_at_another_path_is_the_same_model(mlx_cache, mx, tmp_path):
+    # Each machine of a fleet downloads its own copy: the identity is the files' content.
+    copies = []
+    for where in ("a/model", "b/elsewhere/model"):
+        d = tmp_path / where
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"the same weights")
+        (d / "config.json").write_text('{"model_type": "llama"}')
+        copies.append((str(d), None, None))
+    tokens = [1, 2, 3, 4]
+    with TieredPromptCache(directory=tmp_path / "store") as cache:
+        cache.insert_cache(copies[0], tokens, make_cache(mlx_cache, mx, tokens, "kv"))
+    assert (tmp_path / "store" / "kvstore-model-digests.json").exists()
+    with TieredPromptCache(directory=tmp_path / "store") as other:
+        got, rest = other.fetch_nearest_cache(copies[1], tokens + [5])
+        assert rest == [5] and state_of(got) == state_of(make_cache(mlx_cache, mx, tokens, "kv"))
+
+
 def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
     store = tmp_path / "store"
     with TieredPromptCache(directory=store) as cache:
@@ -354,10 +372,9 @@ def test_interface_details(mlx_cache, mx, tmp_path):
     cache.trim_to(n_sequences=0)
     assert len(cache) == 0 and cache.nbytes == 0
     assert kvstore.mlx_lm.TieredPromptCache is TieredPromptCache
-    from kvstore._model_id import model_id
-
-    assert model_id(("a", None, None)) == 'kvstore-model/2:["a",null,null]'
-    assert model_id(other_model) is None
+    digests = kvstore._kvstore.ModelContentDigests("")
+    assert digests.model_id(("a", None, None)) == 'kvstore-model/3:["a",null,null]'
+    assert digests.model_id(other_model) is None
 
 
 def test_writes_after_close_are_dropped_never_raised_or_blocked(mlx_cache, mx, tmp_path):
@@ -392,7 +409,7 @@ def test_the_package_starts_no_thread_and_keeps_no_queue():
     import pathlib
 
     sources = sorted(pathlib.Path(kvstore.__file__).parent.glob("*.py"))
-    assert len(sources) >= 8
+    assert len(sources) >= 7
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
