@@ -118,13 +118,14 @@ Status PromptCacheStore::Put(const ModelFingerprint& model, std::span<const int3
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const std::string& model,
                                                                                   std::span<const int32_t> tokens) {
-  return impl_->Fetch(model, nullptr, tokens);
+  return impl_->Fetch(model, nullptr, tokens, 0);
 }
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const ModelFingerprint& model,
                                                                                   std::span<const int32_t> tokens,
-                                                                                  const TenantSalt* tenant) {
-  return impl_->Fetch(SaltedStoreModelKey(model.model_id(), tenant), &model, tokens);
+                                                                                  const TenantSalt* tenant,
+                                                                                  int64_t min_tokens) {
+  return impl_->Fetch(SaltedStoreModelKey(model.model_id(), tenant), &model, tokens, min_tokens);
 }
 
 int64_t PromptCacheStore::entries() const {

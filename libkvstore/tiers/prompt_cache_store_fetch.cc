@@ -52,7 +52,8 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
 std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const std::string& model,
                                                                         const ModelFingerprint* fingerprint,
                                                                         std::span<const int32_t> tokens,
-                                                                        std::span<const uint64_t> hashes) {
+                                                                        std::span<const uint64_t> hashes,
+                                                                        int64_t min_tokens) {
   Candidate c;
   std::vector<int32_t> key;
   int64_t common = 0;
@@ -61,7 +62,7 @@ std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const s
     const StoreIndex::Entry* prefix = index.FindLongestPrefix(model, tokens, hashes, tokens.size());
     const int64_t at_least = prefix != nullptr ? static_cast<int64_t>(prefix->key.tokens.size()) : 0;
     const StoreIndex::Entry* e = index.FindLonger(model, tokens, hashes, at_least, common);
-    if (e == nullptr) return std::nullopt;
+    if (e == nullptr || common <= min_tokens) return std::nullopt;
     c = Candidate{e->file, e->fingerprint, e->generation};
     key = e->key.tokens;
   }
@@ -77,18 +78,21 @@ std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const s
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const std::string& model,
                                                                           const ModelFingerprint* fingerprint,
-                                                                          std::span<const int32_t> tokens) {
+                                                                          std::span<const int32_t> tokens,
+                                                                          int64_t min_tokens) {
+  if (static_cast<int64_t>(tokens.size()) <= min_tokens) return std::optional<Hit>();
   IndexPrefixesByName(model, tokens);
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
-  if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes)) return longer;
+  if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes, min_tokens)) return longer;
   // Each failed candidate lowers max_len, so the whole search is O(prompt).
-  for (size_t max_len = tokens.size(); max_len >= 1;) {
+  const size_t shortest = static_cast<size_t>(std::max<int64_t>(min_tokens, 0)) + 1;
+  for (size_t max_len = tokens.size(); max_len >= shortest;) {
     Candidate c;
     size_t length = 0;
     {
       std::lock_guard<std::mutex> l(mu);
       const StoreIndex::Entry* e = index.FindLongestPrefix(model, tokens, hashes, max_len);
-      if (e == nullptr) break;
+      if (e == nullptr || e->key.tokens.size() < shortest) break;
       c = Candidate{e->file, e->fingerprint, e->generation};
       length = e->key.tokens.size();
     }

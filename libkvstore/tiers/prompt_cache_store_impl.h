@@ -138,8 +138,9 @@ struct PromptCacheStore::Impl {
 
   Status Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
              std::span<const int32_t> tokens, const PromptCache& cache);
+  // A hit of more than `min_tokens` tokens (entries serving fewer are not read).
   Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,
-                                   std::span<const int32_t> tokens);
+                                   std::span<const int32_t> tokens, int64_t min_tokens);
   // An index entry as a fetch copied it out under the lock.
   struct Candidate {
     std::string file;
@@ -152,9 +153,11 @@ struct PromptCacheStore::Impl {
   std::optional<PromptCache> LoadChecked(const Candidate& c, const std::string& model,
                                          const ModelFingerprint* fingerprint, std::span<const int32_t> key);
   // The entry sharing more tokens with `tokens` than any stored prefix of
-  // them, trimmed to those tokens, when every layer can be trimmed.
+  // them, and more than `min_tokens`, trimmed to those tokens, when every
+  // layer can be trimmed.
   std::optional<Hit> FetchLonger(const std::string& model, const ModelFingerprint* fingerprint,
-                                 std::span<const int32_t> tokens, std::span<const uint64_t> hashes);
+                                 std::span<const int32_t> tokens, std::span<const uint64_t> hashes,
+                                 int64_t min_tokens);
   // Counts an entry written for another model configuration, with the reason.
   void Refuse(const std::string& file, const ModelFingerprint& asked);
 };

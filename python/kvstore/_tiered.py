@@ -34,11 +34,13 @@ class TieredPromptCache:
     between the tiers for C++ servers too. Its memory tier runs mlx-lm's LRUPromptCache
     policy (the same trie search, tiers by ``cache_type``, prefix removal and eviction;
     fetches return deep copies), so memory hits are exactly what LRUPromptCache returns.
-    On a memory miss the disk tier (``directory``, at most ``disk_bytes``) and then the
-    shared tier (``redis``, a ``redis://[USER:PASSWORD@]HOST:PORT`` URL; asked only when
-    whole chunks of ``redis_chunk_tokens`` could serve more than the disk) serve the
-    longest reusable prefix of the tokens (a stored prefix, or a longer trimmable entry
-    trimmed to the common prefix), verified before use; a corrupt, unreadable or
+    When memory holds no prefix, or a shorter one, the disk tier (``directory``, at most
+    ``disk_bytes``) and then the shared tier (``redis``, a
+    ``redis://[USER:PASSWORD@]HOST:PORT`` URL; asked only when whole chunks of
+    ``redis_chunk_tokens`` could serve more than memory and disk) serve the longest
+    reusable prefix of the tokens (a stored prefix, or a longer trimmable entry trimmed to
+    the common prefix), verified before use, leaving at least one token to process (what
+    mlx_lm.server needs to generate); a corrupt, unreadable or
     unreachable entry is a miss (logged or counted), never an exception. Inserts go to
     memory at once and are queued in C++ for the persistent tiers (at most
     ``disk_queue`` caches wait for the disk; a full queue drops the write and counts

@@ -116,12 +116,19 @@ def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path)
     with TieredPromptCache(max_size=3, directory=tmp_path / "store") as ours:
         run(ops, ours, mlx_cache, mx, check)
     for (g_state, g_rest), (w_state, w_rest, _, _), op in zip(got, want, [o for o in ops if o[0] == "fetch"]):
-        if w_state is not None:
+        if w_state is not None and len(g_rest) == len(w_rest):
             assert (g_state, g_rest) == (w_state, w_rest)  # memory hits are mlx-lm's
-        elif g_state is not None:  # a disk hit: the cache inserted for the prefix it covers
+        elif g_state is not None:  # a disk hit, longer than memory's: the cache inserted for what it covers
+            assert w_state is None or len(g_rest) < len(w_rest)
+            assert len(g_rest) >= 1  # a persistent hit leaves a token to process
             disk_hits[0] += 1
-            covered = op[2][: len(op[2]) - len(g_rest)] if g_rest else op[2]
-            assert g_state in inserted[(op[1], tuple(covered))]
+            covered = op[2][: len(op[2]) - len(g_rest)]
+            # An entry inserted for those tokens, or a longer one trimmed to them.
+            assert g_state in inserted.get((op[1], tuple(covered)), []) + [
+                state_of(make_cache(mlx_cache, mx, covered, kinds[(model, tokens)]))
+                for (model, tokens) in inserted if model == op[1] and tokens[: len(covered)] == tuple(covered)]
+        else:
+            assert w_state is None
     assert disk_hits[0] > 0
 
     # A new process on the same directory serves the old prefixes, once it knows what
@@ -131,8 +138,8 @@ def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path)
         hits = 0
         for (model, tokens), states in inserted.items():
             restarted.register_model(model, make_cache(mlx_cache, mx, [1], kinds[(model, tokens)]))
-            cache, rest = restarted.fetch_nearest_cache(model, list(tokens))
-            if cache is not None and rest == []:
+            cache, rest = restarted.fetch_nearest_cache(model, list(tokens) + [99])
+            if cache is not None and rest == [99]:
                 hits += 1
                 assert state_of(cache) == states[-1]  # close() flushed every write
         assert hits >= len(inserted) // 2  # the disk budget keeps most of them
@@ -146,6 +153,54 @@ def store_kv_prompts(mlx_cache, mx, tmp_path):
         for p in prompts:
             cache.insert_cache(MODEL, p, make_cache(mlx_cache, mx, p, "kv"))
     return store, prompts
+
+
+def test_every_hit_leaves_a_token_to_process(mlx_cache, mx, tmp_path):
+    """mlx_lm.server processes the remainder of every fetch (generate.py's
+    insert_segments takes its last token): an empty remainder kills its
+    generation thread. After a restart the disk holds the whole prompt (the
+    prompt and its completion, for a regenerate; or the prompt itself), so its
+    hit is trimmed by one token, as LRUPromptCache trims a longer entry; a
+    model that cannot trim is served a shorter entry (the end of the system
+    prompt, which mlx_lm.server inserts at the end of that segment)."""
+    store = tmp_path / "store"
+    prompt, stored_whole = list(range(1, 41)), list(range(200, 230))
+    conversation = prompt + list(range(100, 120))
+    system, chat = list(range(300, 310)), list(range(300, 330))
+    rotating_model = ("models/rotating", None, None)
+    with TieredPromptCache(directory=store) as cache:
+        cache.insert_cache(MODEL, conversation, make_cache(mlx_cache, mx, conversation, "kv"))
+        cache.insert_cache(MODEL, stored_whole, make_cache(mlx_cache, mx, stored_whole, "kv"))
+        cache.insert_cache(rotating_model, system, make_cache(mlx_cache, mx, system, "rotating"), cache_type="system")
+        cache.insert_cache(rotating_model, chat, make_cache(mlx_cache, mx, chat, "rotating"))
+    with TieredPromptCache(directory=store) as restarted:
+        for tokens in (prompt, stored_whole):
+            got, rest = restarted.fetch_nearest_cache(MODEL, tokens)
+            assert got is not None and rest == tokens[-1:]
+            assert state_of(got) == state_of(make_cache(mlx_cache, mx, tokens[:-1], "kv"))
+        got, rest = restarted.fetch_nearest_cache(rotating_model, chat)
+        assert rest == chat[len(system):]
+        assert state_of(got) == state_of(make_cache(mlx_cache, mx, system, "rotating"))
+        assert len(restarted) == 0  # the persistent tiers' hits are served, not kept, as mlx-lm would
+
+
+def test_the_longest_prefix_wins_whichever_tier_holds_it(mlx_cache, mx, tmp_path):
+    """After a restart and one unrelated request (which shares the first token, as
+    every prompt shares BOS), memory has a one-token hit for an old conversation:
+    the disk's whole conversation is served instead."""
+    store = tmp_path / "store"
+    conversation = list(range(1, 61))
+    with TieredPromptCache(directory=store) as cache:
+        cache.insert_cache(MODEL, conversation, make_cache(mlx_cache, mx, conversation, "kv"))
+    with TieredPromptCache(directory=store) as restarted:
+        unrelated = [1, 500, 501]
+        restarted.insert_cache(MODEL, unrelated, make_cache(mlx_cache, mx, unrelated, "kv"))
+        got, rest = restarted.fetch_nearest_cache(MODEL, conversation + [7, 8])
+        assert rest == [7, 8]
+        assert state_of(got) == state_of(make_cache(mlx_cache, mx, conversation, "kv"))
+        # Memory's own hit when the disk holds nothing longer: mlx-lm's answer.
+        got, rest = restarted.fetch_nearest_cache(MODEL, unrelated + [9])
+        assert rest == [9] and state_of(got) == state_of(make_cache(mlx_cache, mx, unrelated, "kv"))
 
 
 def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache, mx, tmp_path):
@@ -335,8 +390,8 @@ def test_concurrent_use(mlx_cache, mx, tmp_path):
     with TieredPromptCache(directory=tmp_path / "store") as restarted:  # MLX on this thread only
         restarted.register_model(MODEL, [NumpyKVCache([1])])
         for p in prompts:
-            got, rest = restarted.fetch_nearest_cache(MODEL, list(p))
-            assert rest == [] and bytes(memoryview(got[0].state[0])) == NumpyKVCache(p).keys.tobytes()
+            got, rest = restarted.fetch_nearest_cache(MODEL, list(p) + [9])
+            assert rest == [9] and bytes(memoryview(got[0].state[0])) == NumpyKVCache(p).keys.tobytes()
 
 
 def test_interface_details(mlx_cache, mx, tmp_path):
