@@ -162,6 +162,12 @@ class PromptCacheStore {
   // dtype F16 != BF16 (file != asked)".
   int64_t fingerprint_refused() const;
   std::string last_refusal() const;
+  // The files removed as bad since the last call, each "<file>: <why>"
+  // (failing to load or verify, holding another key or configuration than
+  // indexed, dropped while indexing the directory), for a caller that logs
+  // them: at most 64, then "and N more". Refused entries are kept and not
+  // listed (last_refusal()).
+  std::vector<std::string> TakeDropped();
 
  private:
   struct Impl;

@@ -152,5 +152,15 @@ std::string PromptCacheStore::last_refusal() const {
   std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->last_refusal;
 }
+std::vector<std::string> PromptCacheStore::TakeDropped() {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  std::vector<std::string> out = std::move(impl_->dropped_notes);
+  impl_->dropped_notes.clear();
+  if (impl_->dropped_unnoted > 0) {
+    out.push_back("and " + std::to_string(impl_->dropped_unnoted) + " more");
+    impl_->dropped_unnoted = 0;
+  }
+  return out;
+}
 
 }  // namespace kvstore

@@ -31,19 +31,23 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
   Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(c.file), options);
   if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) return std::nullopt;  // maybe transient: keep it
   if (!loaded.ok() || !loaded->verified) {
-    Drop(c.file, c.generation, corrupt_dropped);
+    Drop(c.file, c.generation, corrupt_dropped,
+         loaded.ok() ? "has no digests to verify" : loaded.status().ToString());
     return std::nullopt;
   }
   // The key, and the layers themselves against the fingerprint asked for.
-  if (!HoldsKey(loaded->user_metadata, model, key) ||
-      (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
-    Drop(c.file, c.generation, mismatched_dropped);
+  if (!HoldsKey(loaded->user_metadata, model, key)) {
+    Drop(c.file, c.generation, mismatched_dropped, "holds another key than its name");
+    return std::nullopt;
+  }
+  if (Status s = fingerprint != nullptr ? fingerprint->Check(loaded->cache) : Status::OK(); !s.ok()) {
+    Drop(c.file, c.generation, mismatched_dropped, "layers of another model configuration: " + s.ToString());
     return std::nullopt;
   }
   // A file can be self-consistent and still hold fewer (or more) tokens
   // than its key names: never served as the key.
-  if (!CheckLeafTokens(loaded->cache, static_cast<int64_t>(key.size())).ok()) {
-    Drop(c.file, c.generation, corrupt_dropped);
+  if (Status s = CheckLeafTokens(loaded->cache, static_cast<int64_t>(key.size())); !s.ok()) {
+    Drop(c.file, c.generation, corrupt_dropped, s.ToString());
     return std::nullopt;
   }
   return std::move(loaded->cache);

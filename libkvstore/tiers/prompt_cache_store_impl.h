@@ -107,11 +107,24 @@ struct PromptCacheStore::Impl {
 
   // Forgets a bad file unless it has been replaced since it was looked up.
   // `counter` is one of the counters above.
-  void Drop(const std::string& file, uint64_t generation, int64_t& counter) {
+  void Drop(const std::string& file, uint64_t generation, int64_t& counter, const std::string& why) {
     std::lock_guard<std::mutex> l(mu);
     if (!index.Erase(file, generation)) return;
     RemoveLocked(file);
+    NoteDroppedLocked(file + ": " + why);
     ++counter;
+  }
+
+  // Files removed as bad, for TakeDropped(): at most kMaxDroppedNotes wait.
+  static constexpr size_t kMaxDroppedNotes = 64;
+  std::vector<std::string> dropped_notes;
+  int64_t dropped_unnoted = 0;
+  void NoteDroppedLocked(std::string note) {
+    if (dropped_notes.size() < kMaxDroppedNotes) {
+      dropped_notes.push_back(std::move(note));
+    } else {
+      ++dropped_unnoted;
+    }
   }
 
   // prompt_cache_store_index.cc

@@ -4,6 +4,7 @@ import copy
 import itertools
 import logging
 import os
+import signal
 import warnings
 import weakref
 
@@ -11,6 +12,7 @@ from . import _kvstore
 from ._mlx_bridge import caches_from_layers, layers_from_caches
 from ._model_id import model_id
 from ._model_structures import StoredStructures
+from .errors import FailedPreconditionError
 
 log = logging.getLogger("kvstore")
 
@@ -134,6 +136,9 @@ class TieredPromptCache:
         with the same salt are served, from every tier. None: entries inserted without one."""
         fingerprint = self._fingerprint_for(model) if self._persistent else None
         hit = self._core.fetch(self._memory_key(model), fingerprint, tokens, _salt_bytes(salt))
+        disk = self._disk
+        if disk is not None:
+            _log_dropped(disk)
         if hit is None:
             return None, tokens
         entry, entry_tokens, layers, reused, tier = hit
@@ -231,7 +236,9 @@ class TieredPromptCache:
     def close(self):
         """Flush pending writes and release the directory and connections. Idempotent;
         the memory tier stays usable (later inserts are not persisted, counted as drops)."""
-        self._disk = self._shared = None
+        disk, self._disk, self._shared = self._disk, None, None
+        if disk is not None:
+            _log_dropped(disk)
         self._finalizer()
 
     def __enter__(self):
@@ -287,6 +294,35 @@ def _salt_bytes(salt):
     if isinstance(salt, str):
         return salt.encode()
     raise TypeError("salt must be str, bytes or None, not %s" % type(salt).__name__)
+
+
+def stop_on_sigterm():
+    """Make SIGTERM stop this process as Ctrl-C does, so that the writes still queued
+    for the persistent tiers are not lost.
+
+    Python runs no cleanup when SIGTERM kills it: the caches a TieredPromptCache has
+    queued for the disk and Redis (at most ``disk_queue``; usually the last response's)
+    are lost. After this call SIGTERM raises KeyboardInterrupt in the main thread, which
+    mlx_lm.server handles by shutting its HTTP server down and joining its generation
+    thread; the interpreter then exits, and its exit hooks flush and close every
+    TieredPromptCache. Call it from the main thread (Python's rule for signal handlers).
+    Returns the handler it replaced.
+    """
+    return signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _log_dropped(disk):
+    """Log the files the disk tier removed as corrupt or mismatched since the last call."""
+    try:
+        notes = disk.take_dropped()
+    except FailedPreconditionError:  # closed by another thread meanwhile
+        return
+    for note in notes:
+        log.warning("kvstore: disk tier removed a bad entry: %s", note)
 
 
 def _close(core, disk, shared):

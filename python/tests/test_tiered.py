@@ -1,15 +1,18 @@
 """TieredPromptCache against mlx-lm's own LRUPromptCache (mlx-ref), plus its disk tier."""
 
 import json
+import logging
 import os
 import random
+import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 
 import kvstore
-from conftest import flatten, run_in_threads
+from conftest import MLX_REF_PYTHON, REPO, flatten, run_in_threads
 from kvstore.mlx_lm import TieredPromptCache
 
 MODEL = ("models/demo", None, None)  # mlx_lm.server's model key shape
@@ -155,6 +158,26 @@ def store_kv_prompts(mlx_cache, mx, tmp_path):
     return store, prompts
 
 
+def test_the_documented_server_diff_applies_to_mlx_lm_server(tmp_path):
+    """docs/python.md's diff for mlx_lm.server applies to the real server.py, as written."""
+    server = MLX_REF_PYTHON / "mlx_lm" / "server.py"
+    if not server.is_file():
+        pytest.skip(f"mlx-lm's server.py not found at {server} (set KVSTORE_MLX_REF to mlx-ref's folder)")
+    if shutil.which("patch") is None:
+        pytest.skip("patch(1) is not installed")
+    doc = (REPO / "docs" / "python.md").read_text()
+    section = doc[doc.index("### Using it in `mlx_lm.server`"):]
+    diff = section[section.index("```diff\n") + len("```diff\n"):section.index("\n```", section.index("```diff"))] + "\n"
+    (tmp_path / "mlx_lm").mkdir()
+    shutil.copy(server, tmp_path / "mlx_lm" / "server.py")
+    done = subprocess.run(["patch", "-p1", "--fuzz=0", "--forward", "--no-backup-if-mismatch"], input=diff,
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    patched = (tmp_path / "mlx_lm" / "server.py").read_text()
+    assert "LRUPromptCache(model_provider" not in patched and "TieredPromptCache(" in patched
+    compile(patched, "server.py", "exec")
+
+
 def test_every_hit_leaves_a_token_to_process(mlx_cache, mx, tmp_path):
     """mlx_lm.server processes the remainder of every fetch (generate.py's
     insert_segments takes its last token): an empty remainder kills its
@@ -295,6 +318,7 @@ def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
         else:
             data[-5] ^= 0x40  # a flipped bit in tensor data
         f.write_bytes(bytes(data))
+    caplog.set_level(logging.WARNING, logger="kvstore")
     with TieredPromptCache(directory=store) as cache:
         cache.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
         for n in range(3, 8):
@@ -303,6 +327,10 @@ def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
         stats = cache.disk_stats()
         assert stats["entries"] == 0
         assert stats["corrupt_dropped"] + len(cache._disk.open_dropped) >= 5
+    # Each removed file is logged once on the kvstore logger, with why.
+    logged = [r.getMessage() for r in caplog.records if r.name == "kvstore" and "removed a bad entry" in r.getMessage()]
+    assert sorted(m.split("removed a bad entry: ")[1].split(":")[0] for m in logged) == [f.name for f in files]
+    assert not any(f.exists() for f in files)
 
 
 def test_writes_are_flushed_at_interpreter_exit(mlx_cache, mx, tmp_path):
@@ -324,6 +352,37 @@ cache.insert_cache(("m", None), [1, 2, 3, 4], [c])
         cache.register_model(("m", None), [sample])
         got, rest = cache.fetch_nearest_cache(("m", None), [1, 2, 3, 4, 5])
         assert got is not None and rest == [5] and got[0].offset == 4
+
+
+def test_sigterm_stops_like_ctrl_c_and_the_queued_writes_are_flushed(mlx_cache, mx, tmp_path):
+    """Python runs no cleanup on SIGTERM; stop_on_sigterm() turns it into KeyboardInterrupt,
+    which mlx_lm.server handles by stopping (serve_forever's except), and the exit hooks flush."""
+    store = tmp_path / "store"
+    code = f"""
+import sys, time
+sys.path.insert(0, {str(mlx_cache.__file__.rsplit('/mlx_lm/', 1)[0])!r})
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+from kvstore.mlx_lm import TieredPromptCache, stop_on_sigterm
+cache = TieredPromptCache(directory={str(store)!r})
+stop_on_sigterm()
+for n in range(1, 9):
+    c = KVCache(); c.update_and_fetch(mx.ones((1, 8, 512 * n, 64)), mx.ones((1, 8, 512 * n, 64)))
+    cache.insert_cache(("m", None), list(range(512 * n)), [c])
+print("ready", flush=True)
+try:
+    while True:  # mlx_lm.server's httpd.serve_forever()
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    print("stopped", flush=True)  # httpd.shutdown(); response_generator.stop_and_join()
+"""
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    assert child.stdout.readline() == "ready\n"
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0 and out == "stopped\n"
+    with TieredPromptCache(directory=store) as cache:
+        assert cache.disk_stats(indexed=True)["entries"] == 8
 
 
 def test_a_collected_cache_flushes_and_releases_its_directory(mlx_cache, mx, tmp_path):
