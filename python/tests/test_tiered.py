@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import kvstore
-from conftest import MLX_REF_PYTHON, REPO, flatten, run_in_threads
+from conftest import MLX_REF_PYTHON, apply_documented_server_diff, flatten, run_in_threads
 from kvstore.mlx_lm import TieredPromptCache
 
 MODEL = ("models/demo", None, None)  # mlx_lm.server's model key shape
@@ -165,13 +165,9 @@ def test_the_documented_server_diff_applies_to_mlx_lm_server(tmp_path):
         pytest.skip(f"mlx-lm's server.py not found at {server} (set KVSTORE_MLX_REF to mlx-ref's folder)")
     if shutil.which("patch") is None:
         pytest.skip("patch(1) is not installed")
-    doc = (REPO / "docs" / "python.md").read_text()
-    section = doc[doc.index("### Using it in `mlx_lm.server`"):]
-    diff = section[section.index("```diff\n") + len("```diff\n"):section.index("\n```", section.index("```diff"))] + "\n"
     (tmp_path / "mlx_lm").mkdir()
     shutil.copy(server, tmp_path / "mlx_lm" / "server.py")
-    done = subprocess.run(["patch", "-p1", "--fuzz=0", "--forward", "--no-backup-if-mismatch"], input=diff,
-                          cwd=tmp_path, capture_output=True, text=True)
+    done = apply_documented_server_diff(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     patched = (tmp_path / "mlx_lm" / "server.py").read_text()
     assert "LRUPromptCache(model_provider" not in patched and "TieredPromptCache(" in patched
