@@ -4,7 +4,8 @@ A tiny random Llama (2 layers, written with MLX) and mlx-ref's stand-in tokenize
 server's own code is mlx-ref's, patched with the diff docs/python.md shows. Greedy answers
 are compared with the unpatched server's; a restart must serve from disk on its first
 request and after other traffic; a prompt the disk holds whole (a regenerate after a
-restart) must be answered, not hang.
+restart) must be answered, not hang; a SIGKILL and corrupt entries leave clean misses, and
+the corrupt entries are logged.
 """
 
 import json
@@ -156,3 +157,26 @@ def test_the_patched_server_answers_as_the_unpatched_one_and_restarts_warm(model
     assert other[1] > 0  # the shared system prompt, from memory
     assert later[0] == want[3] and later[1] > first[2]  # the disk's first turn, after other traffic
     assert regenerate[0] == want[2] and regenerate[1] == regenerate[2] - 1
+
+    # SIGKILL right after a response, then every entry corrupted: answers are unchanged,
+    # the corrupt entries are misses, removed and logged on the kvstore logger.
+    killed = Server(model_dir, [STUBS, patched_package, PACKAGE, MLX_REF_PYTHON], home)
+    try:
+        assert killed.chat(REQUESTS[3])[0] == want[3]
+    finally:
+        killed.proc.kill()
+        killed.proc.wait()
+        killed.log.close()
+    entries = sorted(store.glob("*.safetensors"))
+    for f in entries:
+        data = bytearray(f.read_bytes())
+        data[-3] ^= 0x40  # a tensor byte: the digests fail
+        f.write_bytes(bytes(data))
+    last = Server(model_dir, [STUBS, patched_package, PACKAGE, MLX_REF_PYTHON], home)
+    try:
+        answer = last.chat(REQUESTS[3])
+        log = last.output()
+    finally:
+        last.stop()
+    assert answer[0] == want[3]
+    assert "kvstore: disk tier removed a bad entry" in log
