@@ -52,6 +52,41 @@ void BM_ServerFetchHit(benchmark::State& state) {
 // Same 32k tokens, 4x the bytes: the fetch time must not follow the bytes.
 BENCHMARK(BM_ServerFetchHit)->Args({32768, 1})->Args({32768, 4});
 
+// The next turn of a conversation (its 32k tokens in memory and on disk,
+// then 64 new ones) under the memory policy range(0) (0 server, 1 mlx-lm):
+// a memory hit, with the disk's index asked whether it holds more (it does
+// not: its entry is the one memory served, and is not read).
+void BM_TieredFetchMemoryHit(benchmark::State& state) {
+  const int64_t tokens = 32768;
+  std::unique_ptr<kvstore::Env> env = kvstore::NewMemEnv();
+  auto store = kvstore::PromptCacheStore::Open(env.get(), "/store", {});
+  if (!store.ok() || !(*store)->WaitUntilIndexed().ok()) {
+    state.SkipWithError("open failed");
+    return;
+  }
+  const auto policy = state.range(0) ? kvstore::MemoryPolicy::kMlxLm : kvstore::MemoryPolicy::kServer;
+  kvstore::ServerPromptCache cache({.disk = store->get(), .memory_policy = policy, .async_disk_writes = false});
+  std::vector<int32_t> key(static_cast<size_t>(tokens));
+  for (int64_t i = 0; i < tokens; ++i) key[i] = static_cast<int32_t>(i);
+  const kvstore::PromptCache stored = BigCache(tokens, 1);
+  const kvstore::ModelFingerprint model = kvstore::ModelFingerprint::Of("m", stored).value();
+  if (!cache.Insert(model, key, stored).ok()) {
+    state.SkipWithError("insert failed");
+    return;
+  }
+  std::vector<int32_t> query = key;
+  for (int i = 0; i < 64; ++i) query.push_back(-1 - i);
+  for (auto _ : state) {
+    auto hit = cache.Fetch(model, query);
+    if (!hit.ok() || !hit->has_value() || (*hit)->tier != kvstore::PromptCacheTier::kMemory) {
+      state.SkipWithError("not a memory hit");
+      return;
+    }
+    benchmark::DoNotOptimize(hit);
+  }
+}
+BENCHMARK(BM_TieredFetchMemoryHit)->Arg(0)->Arg(1);
+
 // A miss of a prompt of range(0) tokens on a store of 300 entries whose
 // keys have 300 lengths between 64 and ~4k tokens (the prompt shares its
 // first 31 tokens with the 64-token key: one short of the 32-token granule

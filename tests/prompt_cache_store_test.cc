@@ -41,6 +41,24 @@ TEST_F(PromptCacheStoreTest, CorruptFileIsAMissAndRemoved) {
   EXPECT_EQ(store->corrupt_dropped(), 1);
   EXPECT_EQ(store->entries(), 0);
   EXPECT_FALSE(env_->FileExists(Path(name)));
+  // Reported once, with why, for a caller that logs it.
+  const std::vector<std::string> dropped = store->TakeDropped();
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_TRUE(dropped[0].starts_with(name + ": ")) << dropped[0];
+  EXPECT_TRUE(store->TakeDropped().empty());
+}
+
+// Files the indexer removes are reported too; past 64, only counted.
+TEST_F(PromptCacheStoreTest, DroppedFilesAreReportedOnceAndBounded) {
+  PutAll({});  // creates the directory
+  const std::vector<std::byte> junk(16, std::byte{'x'});
+  for (int i = 0; i < 70; ++i) ASSERT_OK(WriteStringAtomic(env_.get(), Path("bad" + std::to_string(i) + ".safetensors"), junk));
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  const std::vector<std::string> dropped = store->TakeDropped();
+  ASSERT_EQ(dropped.size(), 65u);
+  EXPECT_TRUE(dropped[0].starts_with("bad")) << dropped[0];
+  EXPECT_EQ(dropped.back(), "and 6 more");
+  EXPECT_TRUE(store->TakeDropped().empty());
 }
 
 // Fails reads of one path with an I/O error.

@@ -154,10 +154,11 @@ TEST(ServerPromptCachePolicyTest, BindingEntriesAreHandedBackAndReleasedOutsideT
   }
 }
 
-// Under the mlx-lm policy an exact hit is served whole and the persistent
-// tiers are asked only on a memory miss; their hits are served as loaded
-// and not kept in memory.
-TEST(ServerPromptCachePolicyTest, MlxLmPolicyAsksTheDiskOnlyOnAMiss) {
+// Under the mlx-lm policy an exact memory hit is served whole, as
+// LRUPromptCache serves it; a persistent tier is asked whenever it could
+// serve more than memory, leaves one token of the query to process, and its
+// hit is served as loaded, not kept in memory.
+TEST(ServerPromptCachePolicyTest, MlxLmPolicyServesMemoryWholeAndPersistentHitsLeaveAToken) {
   std::unique_ptr<Env> env = NewMemEnv();
   ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
   const PromptCache stored = Attention(40, 3);
@@ -168,25 +169,27 @@ TEST(ServerPromptCachePolicyTest, MlxLmPolicyAsksTheDiskOnlyOnAMiss) {
     ASSERT_OK(writer.Insert(fp, Iota(20), Attention(20, 4)));
     ASSERT_OK_AND_ASSIGN(auto exact, writer.Fetch(fp, Iota(40)));
     ASSERT_TRUE(exact.has_value());
+    EXPECT_EQ(exact->tier, PromptCacheTier::kMemory);
     EXPECT_EQ(exact->reused, 40);  // remaining: nothing, as mlx-lm
     EXPECT_EQ(Describe(exact->cache), Describe(stored));
     writer.TrimTo(std::nullopt, std::nullopt);
   }
   ServerPromptCache cache({.disk = store.get(), .memory_policy = MemoryPolicy::kMlxLm});
   ASSERT_OK(cache.Insert(fp, Iota(10), Attention(10, 5)));
-  // Memory holds 10 of the 40 tokens: its hit is final.
-  ASSERT_OK_AND_ASSIGN(auto memory, cache.Fetch(fp, Iota(40)));
+  // Memory holds 10 of the 40 tokens, the disk all 40: the disk serves 39.
+  ASSERT_OK_AND_ASSIGN(auto disk, cache.Fetch(fp, Iota(40)));
+  ASSERT_TRUE(disk.has_value());
+  EXPECT_EQ(disk->tier, PromptCacheTier::kDisk);
+  EXPECT_EQ(disk->reused, 39);
+  EXPECT_EQ(Describe(disk->cache), Describe(testing::TrimmedTo(stored, 39)));
+  EXPECT_EQ(cache.memory_usage().entries, 1);  // not kept
+  // Memory's hit when the disk holds nothing longer.
+  Tokens other = Iota(10);
+  other.push_back(-1);
+  ASSERT_OK_AND_ASSIGN(auto memory, cache.Fetch(fp, other));
   ASSERT_TRUE(memory.has_value());
   EXPECT_EQ(memory->tier, PromptCacheTier::kMemory);
   EXPECT_EQ(memory->reused, 10);
-  // A memory miss: the disk serves its exact entry whole.
-  cache.TrimTo(0, std::nullopt);
-  ASSERT_OK_AND_ASSIGN(auto disk_exact, cache.Fetch(fp, Iota(40)));
-  ASSERT_TRUE(disk_exact.has_value());
-  EXPECT_EQ(disk_exact->tier, PromptCacheTier::kDisk);
-  EXPECT_EQ(disk_exact->reused, 40);
-  EXPECT_EQ(Describe(disk_exact->cache), Describe(stored));
-  EXPECT_EQ(cache.memory_usage().entries, 0);  // not kept
 }
 
 TEST(ServerPromptCachePolicyTest, EmptyTokenKeysFollowThePolicy) {

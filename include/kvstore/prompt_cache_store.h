@@ -142,9 +142,11 @@ class PromptCacheStore {
   // refused before its tensors are read (counted, kept), and the loaded
   // layers are checked against the fingerprint too (a mismatch is dropped
   // like a file holding another key). With `tenant`, only that tenant's
-  // entries (Put with the same tenant) are looked up.
+  // entries (Put with the same tenant) are looked up. Only a hit of more
+  // than `min_tokens` tokens is looked for: an entry that would serve fewer
+  // is not read (what a caller holding a hit of min_tokens asks).
   Result<std::optional<Hit>> FetchLongestPrefix(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                                                const TenantSalt* tenant = nullptr);
+                                                const TenantSalt* tenant = nullptr, int64_t min_tokens = 0);
 
   int64_t entries() const;
   int64_t bytes() const;
@@ -160,6 +162,12 @@ class PromptCacheStore {
   // dtype F16 != BF16 (file != asked)".
   int64_t fingerprint_refused() const;
   std::string last_refusal() const;
+  // The files removed as bad since the last call, each "<file>: <why>"
+  // (failing to load or verify, holding another key or configuration than
+  // indexed, dropped while indexing the directory), for a caller that logs
+  // them: at most 64, then "and N more". Refused entries are kept and not
+  // listed (last_refusal()).
+  std::vector<std::string> TakeDropped();
 
  private:
   struct Impl;

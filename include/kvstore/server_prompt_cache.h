@@ -11,26 +11,33 @@
 // longest reusable prefix any of them has: a stored prefix of the prompt,
 // or a longer cached prompt trimmed to the common prefix when every layer
 // can be trimmed, as mlx-lm's LRUPromptCache does when the last message
-// was edited. A lower tier is asked only when it could beat what the upper
-// ones found (the shared tier only when whole chunks could). Insert stores
+// was edited. A lower tier is asked whenever it could beat what the upper
+// ones found: the disk (its index is in memory; it reads only an entry
+// longer than the hit in hand), then the shared tier when a chunk boundary
+// of the query lies past the best hit (a round trip, bounded by the
+// backend's timeout, a miss after it). Every hit of a persistent tier
+// leaves at least one token to process, under either policy: an entry
+// holding the whole query is trimmed by one token, or, when it cannot be,
+// the tier is asked for the query less that token (a checkpoint). Insert stores
 // the cache in memory at once and queues it for the disk and shared tiers
 // (bounded queues, written in the background; a full queue drops the
 // write and counts it), so a request thread never waits for I/O.
 //
 // Memory policies:
 //   kServer  true LRU over an entry and a byte budget (a fetch refreshes
-//            recency); any prefix, 1 token included, is reusable; a served
-//            cache leaves at least one token to process: an exact match
-//            gives its last token back, and when its layers cannot (a
-//            hybrid model's snapshots) each tier is asked again for the
-//            prompt less its last token; a disk or shared hit is kept in
-//            memory. Differences from mlx-lm: docs/compat.md.
-//   kMlxLm   exactly mlx-lm's LRUPromptCache (kvstore/lru_prompt_cache.h):
-//            tiers by cache_type, its trie search (an exact match is served
-//            whole, remaining nothing), prefix removal and eviction. The
-//            persistent tiers are asked on a memory miss only, and their
-//            hits are served as loaded and not kept in memory (mlx-lm's
-//            server inserts the cache after generating).
+//            recency); any prefix, 1 token included, is reusable; every
+//            hit leaves at least one token to process, memory's too (an
+//            exact match gives its last token back, or its checkpoint is
+//            served); a disk or shared hit is kept in memory. Differences
+//            from mlx-lm: docs/compat.md.
+//   kMlxLm   memory is exactly mlx-lm's LRUPromptCache
+//            (kvstore/lru_prompt_cache.h): tiers by cache_type, its trie
+//            search (an exact match is served whole, remaining nothing, as
+//            LRUPromptCache does), prefix removal and eviction. A persistent
+//            hit leaves a token, as LRUPromptCache does when it trims a
+//            longer entry, and is not kept in memory (mlx-lm's server
+//            inserts the cache after generating).
+// Each policy's rules are one object (libkvstore/tiers/serving_policy.h).
 //
 // Every persistent tier is keyed by the model fingerprint
 // (kvstore/model_fingerprint.h): no fetch returns a cache made for another
@@ -67,6 +74,7 @@
 namespace kvstore {
 
 class MemoryTier;
+class ServingPolicy;
 class TierWriter;
 
 enum class MemoryPolicy { kServer, kMlxLm };
@@ -213,7 +221,8 @@ class ServerPromptCache {
     int64_t foreign_tokens = 0;
   };
   // A disk or shared hit reusing more than `reused` tokens; load(n) asks the
-  // tier for the first n tokens. REQUIRES: tiers_mu_ held (shared).
+  // tier for the first n tokens (an entry serving more than `reused`).
+  // REQUIRES: tiers_mu_ held (shared).
   Result<std::optional<Hit>> FromPersistent(const std::string& key, std::span<const int32_t> tokens, int64_t reused,
                                             PromptCacheTier tier,
                                             const std::function<Result<std::optional<Loaded>>(size_t)>& load);
@@ -230,6 +239,7 @@ class ServerPromptCache {
   PromptCacheMetrics TierCounters() const;
 
   ServerPromptCacheOptions options_;
+  const ServingPolicy& policy_;  // the rules of options_.memory_policy
   mutable std::mutex mu_;
   std::unique_ptr<MemoryTier> memory_;  // guarded by mu_
   PromptCacheMetrics counts_;           // guarded by mu_: the coordinator's own counters

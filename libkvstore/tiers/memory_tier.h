@@ -35,11 +35,11 @@ class MemoryTier {
 
   virtual ~MemoryTier() = default;
 
-  // The entries that could serve `tokens`, which are the first tokens of a
-  // query of `query` tokens, the more promising first. Server policy: each
-  // found becomes the most recently used.
+  // The entries that could serve `tokens` (the first tokens of a query),
+  // each reusing at most `max_reused` tokens, the more promising first.
+  // Server policy: each found becomes the most recently used.
   virtual std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens,
-                                      int64_t query) = 0;
+                                      int64_t max_reused) = 0;
   // Stores `entry` (holding `tokens`), replacing the entry of the same key,
   // then evicts over budget (possibly this very entry). Appends every entry
   // that left to `removed`.

@@ -20,7 +20,8 @@ class LruMemoryTier final : public MemoryTier {
  public:
   LruMemoryTier(int64_t max_entries, int64_t max_bytes) : max_entries_(max_entries), max_bytes_(max_bytes) {}
 
-  std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens, int64_t query) override;
+  std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens,
+                              int64_t max_reused) override;
   void Insert(const std::string& model, std::span<const int32_t> tokens, EntryPtr entry, CacheType type,
               std::vector<EntryPtr>& removed) override;
   void TrimTo(std::optional<int64_t> entries, std::optional<int64_t> bytes, std::vector<EntryPtr>& removed) override;
@@ -45,19 +46,19 @@ class LruMemoryTier final : public MemoryTier {
 };
 
 std::vector<MemoryTier::Candidate> LruMemoryTier::Find(const std::string& model, std::span<const int32_t> tokens,
-                                                       int64_t query) {
+                                                       int64_t max_reused) {
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
   std::vector<Candidate> out;
   int64_t prefix = 0;
   if (const auto* node = index_.FindLongestPrefix(model, tokens, hashes, tokens.size())) {
     prefix = static_cast<int64_t>(node->value.key.tokens.size());
-    out.push_back({node->value.entry, prefix, std::min(prefix, query - 1),
+    out.push_back({node->value.entry, prefix, std::min(prefix, max_reused),
                    node->value.key.tokens.size() == tokens.size()});
   }
   int64_t common = 0;
   if (const auto* node = index_.FindLonger(model, tokens, hashes, prefix, common)) {
     out.push_back({node->value.entry, static_cast<int64_t>(node->value.key.tokens.size()),
-                   std::min(common, query - 1), false});
+                   std::min(common, max_reused), false});
   }
   // The more reused first (a stable sort keeps the stored prefix first on a tie).
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.reused > b.reused; });

@@ -1,6 +1,7 @@
 // The mlx-lm policy's memory tier: mlx-lm's LRUPromptCache bookkeeping
 // (internal::LruPromptCore, shared with kvstore::LRUPromptCache) over
 // MemoryEntry objects.
+#include <algorithm>
 #include <unordered_map>
 
 #include "libkvstore/tiers/memory_tier.h"
@@ -12,10 +13,11 @@ class MlxLmMemoryTier final : public MemoryTier {
  public:
   MlxLmMemoryTier(int64_t max_entries, int64_t max_bytes) : core_(max_entries, max_bytes) {}
 
-  std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens, int64_t) override {
+  std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens,
+                              int64_t max_reused) override {
     const std::optional<internal::LruPromptCore::Nearest> found = core_.Find(model, tokens);
     if (!found) return {};
-    return {{entries_.at(found->id), found->length, found->reused,
+    return {{entries_.at(found->id), found->length, std::min(found->reused, max_reused),
              found->length == static_cast<int64_t>(tokens.size())}};
   }
 

@@ -118,13 +118,14 @@ Status PromptCacheStore::Put(const ModelFingerprint& model, std::span<const int3
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const std::string& model,
                                                                                   std::span<const int32_t> tokens) {
-  return impl_->Fetch(model, nullptr, tokens);
+  return impl_->Fetch(model, nullptr, tokens, 0);
 }
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::FetchLongestPrefix(const ModelFingerprint& model,
                                                                                   std::span<const int32_t> tokens,
-                                                                                  const TenantSalt* tenant) {
-  return impl_->Fetch(SaltedStoreModelKey(model.model_id(), tenant), &model, tokens);
+                                                                                  const TenantSalt* tenant,
+                                                                                  int64_t min_tokens) {
+  return impl_->Fetch(SaltedStoreModelKey(model.model_id(), tenant), &model, tokens, min_tokens);
 }
 
 int64_t PromptCacheStore::entries() const {
@@ -150,6 +151,16 @@ int64_t PromptCacheStore::fingerprint_refused() const {
 std::string PromptCacheStore::last_refusal() const {
   std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->last_refusal;
+}
+std::vector<std::string> PromptCacheStore::TakeDropped() {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  std::vector<std::string> out = std::move(impl_->dropped_notes);
+  impl_->dropped_notes.clear();
+  if (impl_->dropped_unnoted > 0) {
+    out.push_back("and " + std::to_string(impl_->dropped_unnoted) + " more");
+    impl_->dropped_unnoted = 0;
+  }
+  return out;
 }
 
 }  // namespace kvstore

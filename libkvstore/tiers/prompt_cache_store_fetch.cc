@@ -31,19 +31,23 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
   Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(c.file), options);
   if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) return std::nullopt;  // maybe transient: keep it
   if (!loaded.ok() || !loaded->verified) {
-    Drop(c.file, c.generation, corrupt_dropped);
+    Drop(c.file, c.generation, corrupt_dropped,
+         loaded.ok() ? "has no digests to verify" : loaded.status().ToString());
     return std::nullopt;
   }
   // The key, and the layers themselves against the fingerprint asked for.
-  if (!HoldsKey(loaded->user_metadata, model, key) ||
-      (fingerprint != nullptr && !fingerprint->Check(loaded->cache).ok())) {
-    Drop(c.file, c.generation, mismatched_dropped);
+  if (!HoldsKey(loaded->user_metadata, model, key)) {
+    Drop(c.file, c.generation, mismatched_dropped, "holds another key than its name");
+    return std::nullopt;
+  }
+  if (Status s = fingerprint != nullptr ? fingerprint->Check(loaded->cache) : Status::OK(); !s.ok()) {
+    Drop(c.file, c.generation, mismatched_dropped, "layers of another model configuration: " + s.ToString());
     return std::nullopt;
   }
   // A file can be self-consistent and still hold fewer (or more) tokens
   // than its key names: never served as the key.
-  if (!CheckLeafTokens(loaded->cache, static_cast<int64_t>(key.size())).ok()) {
-    Drop(c.file, c.generation, corrupt_dropped);
+  if (Status s = CheckLeafTokens(loaded->cache, static_cast<int64_t>(key.size())); !s.ok()) {
+    Drop(c.file, c.generation, corrupt_dropped, s.ToString());
     return std::nullopt;
   }
   return std::move(loaded->cache);
@@ -52,7 +56,8 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
 std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const std::string& model,
                                                                         const ModelFingerprint* fingerprint,
                                                                         std::span<const int32_t> tokens,
-                                                                        std::span<const uint64_t> hashes) {
+                                                                        std::span<const uint64_t> hashes,
+                                                                        int64_t min_tokens) {
   Candidate c;
   std::vector<int32_t> key;
   int64_t common = 0;
@@ -61,7 +66,7 @@ std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const s
     const StoreIndex::Entry* prefix = index.FindLongestPrefix(model, tokens, hashes, tokens.size());
     const int64_t at_least = prefix != nullptr ? static_cast<int64_t>(prefix->key.tokens.size()) : 0;
     const StoreIndex::Entry* e = index.FindLonger(model, tokens, hashes, at_least, common);
-    if (e == nullptr) return std::nullopt;
+    if (e == nullptr || common <= min_tokens) return std::nullopt;
     c = Candidate{e->file, e->fingerprint, e->generation};
     key = e->key.tokens;
   }
@@ -77,18 +82,21 @@ std::optional<PromptCacheStore::Hit> PromptCacheStore::Impl::FetchLonger(const s
 
 Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const std::string& model,
                                                                           const ModelFingerprint* fingerprint,
-                                                                          std::span<const int32_t> tokens) {
+                                                                          std::span<const int32_t> tokens,
+                                                                          int64_t min_tokens) {
+  if (static_cast<int64_t>(tokens.size()) <= min_tokens) return std::optional<Hit>();
   IndexPrefixesByName(model, tokens);
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
-  if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes)) return longer;
+  if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes, min_tokens)) return longer;
   // Each failed candidate lowers max_len, so the whole search is O(prompt).
-  for (size_t max_len = tokens.size(); max_len >= 1;) {
+  const size_t shortest = static_cast<size_t>(std::max<int64_t>(min_tokens, 0)) + 1;
+  for (size_t max_len = tokens.size(); max_len >= shortest;) {
     Candidate c;
     size_t length = 0;
     {
       std::lock_guard<std::mutex> l(mu);
       const StoreIndex::Entry* e = index.FindLongestPrefix(model, tokens, hashes, max_len);
-      if (e == nullptr) break;
+      if (e == nullptr || e->key.tokens.size() < shortest) break;
       c = Candidate{e->file, e->fingerprint, e->generation};
       length = e->key.tokens.size();
     }

@@ -107,11 +107,24 @@ struct PromptCacheStore::Impl {
 
   // Forgets a bad file unless it has been replaced since it was looked up.
   // `counter` is one of the counters above.
-  void Drop(const std::string& file, uint64_t generation, int64_t& counter) {
+  void Drop(const std::string& file, uint64_t generation, int64_t& counter, const std::string& why) {
     std::lock_guard<std::mutex> l(mu);
     if (!index.Erase(file, generation)) return;
     RemoveLocked(file);
+    NoteDroppedLocked(file + ": " + why);
     ++counter;
+  }
+
+  // Files removed as bad, for TakeDropped(): at most kMaxDroppedNotes wait.
+  static constexpr size_t kMaxDroppedNotes = 64;
+  std::vector<std::string> dropped_notes;
+  int64_t dropped_unnoted = 0;
+  void NoteDroppedLocked(std::string note) {
+    if (dropped_notes.size() < kMaxDroppedNotes) {
+      dropped_notes.push_back(std::move(note));
+    } else {
+      ++dropped_unnoted;
+    }
   }
 
   // prompt_cache_store_index.cc
@@ -138,8 +151,9 @@ struct PromptCacheStore::Impl {
 
   Status Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
              std::span<const int32_t> tokens, const PromptCache& cache);
+  // A hit of more than `min_tokens` tokens (entries serving fewer are not read).
   Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,
-                                   std::span<const int32_t> tokens);
+                                   std::span<const int32_t> tokens, int64_t min_tokens);
   // An index entry as a fetch copied it out under the lock.
   struct Candidate {
     std::string file;
@@ -152,9 +166,11 @@ struct PromptCacheStore::Impl {
   std::optional<PromptCache> LoadChecked(const Candidate& c, const std::string& model,
                                          const ModelFingerprint* fingerprint, std::span<const int32_t> key);
   // The entry sharing more tokens with `tokens` than any stored prefix of
-  // them, trimmed to those tokens, when every layer can be trimmed.
+  // them, and more than `min_tokens`, trimmed to those tokens, when every
+  // layer can be trimmed.
   std::optional<Hit> FetchLonger(const std::string& model, const ModelFingerprint* fingerprint,
-                                 std::span<const int32_t> tokens, std::span<const uint64_t> hashes);
+                                 std::span<const int32_t> tokens, std::span<const uint64_t> hashes,
+                                 int64_t min_tokens);
   // Counts an entry written for another model configuration, with the reason.
   void Refuse(const std::string& file, const ModelFingerprint& asked);
 };

@@ -118,6 +118,7 @@ void PromptCacheStore::Impl::IndexFile(const std::string& name,
   if (!why.empty()) {
     if (index.Contains(name)) return;  // replaced by a Put since it was read
     report.dropped.push_back(name + ": " + why);
+    NoteDroppedLocked(report.dropped.back());
     (void)env->RemoveFile(Path(name));
     if (scanned.ok()) ++mismatched_dropped;
     return;

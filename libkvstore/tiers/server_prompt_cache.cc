@@ -9,6 +9,7 @@
 #include "kvstore/prompt_cache.h"
 #include "libkvstore/cache/cache_leaves.h"
 #include "libkvstore/tiers/memory_tier.h"
+#include "libkvstore/tiers/serving_policy.h"
 #include "libkvstore/tiers/tier_writer.h"
 
 namespace kvstore {
@@ -52,8 +53,8 @@ struct ServerPromptCache::Candidate {
 
 ServerPromptCache::ServerPromptCache(const ServerPromptCacheOptions& options)
     : options_(options),
-      memory_(options.memory_policy == MemoryPolicy::kMlxLm ? NewMlxLmMemoryTier(options.max_entries, options.max_bytes)
-                                                            : NewLruMemoryTier(options.max_entries, options.max_bytes)),
+      policy_(ServingPolicyOf(options.memory_policy)),
+      memory_(policy_.NewMemoryTier(options.max_entries, options.max_bytes)),
       disk_writer_(std::make_unique<TierWriter>(TierWriter::Options{.max_pending = options.disk_queue_capacity,
                                                                     .max_bytes = options.disk_queue_bytes,
                                                                     .async = options.async_disk_writes})) {}
@@ -73,9 +74,7 @@ ServerPromptCache::~ServerPromptCache() {
 // miss: a CacheList's own count speaks for its last child only. A
 // binding's entry is handed back for the binding to copy.
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Serve(const Candidate& c) {
-  // The mlx-lm policy serves what mlx-lm does, even a longer entry trimmed
-  // to nothing when the query's only token is all it shares.
-  if (c.reused < 1 && options_.memory_policy == MemoryPolicy::kServer) return std::optional<Hit>();
+  if (c.reused < policy_.FewestReused()) return std::optional<Hit>();
   Hit hit;
   hit.tier = c.tier;
   hit.reused = c.reused;
@@ -97,55 +96,56 @@ void ServerPromptCache::Link(const std::string& key, std::span<const int32_t> to
   memory_->Insert(key, tokens, std::move(entry), type, removed);
 }
 
-// Server policy: a cache stored for exactly the query must give its last
-// token back; when its layers cannot (a hybrid model's snapshots), each
-// tier is asked again for the query less that token, as mlx-lm's server
-// then looks for a shorter checkpoint: so a tier is asked for `tokens`,
-// then, only when it offered an entry of the query's whole length that
-// could not be served, for tokens.first(q - 1). The mlx-lm policy asks
-// once and serves what mlx-lm's LRUPromptCache serves.
+// A hit reuses at most policy_.MostReused(tier, q) tokens. An entry
+// holding more (an entry of the whole query, or a longer one) is trimmed to
+// that; when its layers cannot be trimmed (a hybrid model's snapshots), the
+// tier is asked again for the query less its last token, as mlx-lm's
+// server then looks for a shorter checkpoint: so a tier is asked for
+// `tokens`, then, only when it offered an entry of the query's whole length
+// that could not be served, for tokens.first(q - 1).
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromMemory(const std::string& key,
                                                                             std::span<const int32_t> tokens) {
   const int64_t q = static_cast<int64_t>(tokens.size());
-  const bool server = options_.memory_policy == MemoryPolicy::kServer;
+  const int64_t most = policy_.MostReused(PromptCacheTier::kMemory, q);
   for (int64_t query : {q, q - 1}) {
-    if (server && query < 1) break;
+    if (query < policy_.FewestReused()) break;
     std::vector<MemoryTier::Candidate> found;
     {
       std::lock_guard<std::mutex> l(mu_);
-      found = memory_->Find(key, tokens.first(static_cast<size_t>(query)), q);
+      found = memory_->Find(key, tokens.first(static_cast<size_t>(query)), most);
     }
     bool whole_query = false;
     for (const MemoryTier::Candidate& c : found) {
       KV_ASSIGN_OR_RETURN(std::optional<Hit> hit, Serve({c.entry, c.length, c.reused}));
       if (hit) return hit;
-      whole_query = whole_query || c.whole_key;
+      whole_query = whole_query || (c.whole_key && c.length > most);
     }
-    if (!server || query < q || !whole_query) break;
+    if (query < q || !whole_query) break;
   }
   return std::optional<Hit>();
 }
 
-// Server policy: a persistent tier's entry of the query's whole length (a
-// chunk boundary at its very end) must give one token back; when its
-// layers cannot, the tier is asked again for the query less that token.
+// A disk or shared hit reusing more than `reused` tokens (the tier is told
+// so, and offers nothing shorter), under the same rule as memory's.
 Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::FromPersistent(
     const std::string& key, std::span<const int32_t> tokens, int64_t reused, PromptCacheTier tier,
     const std::function<Result<std::optional<Loaded>>(size_t)>& load) {
   const int64_t q = static_cast<int64_t>(tokens.size());
-  const bool server = options_.memory_policy == MemoryPolicy::kServer;
+  const int64_t most = policy_.MostReused(tier, q);
   for (int64_t query : {q, q - 1}) {
     if (query < 1) break;
     KV_ASSIGN_OR_RETURN(std::optional<Loaded> got, load(static_cast<size_t>(query)));
-    const int64_t serves = got ? (server ? std::min(got->length, q - 1) : got->length) : 0;
+    const int64_t serves = got ? std::min(got->length, most) : 0;
     if (!got || serves <= reused) break;
     auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
     KV_ASSIGN_OR_RETURN(auto hit, Serve({entry, got->length, serves, tier, got->foreign_tokens}));
     if (hit) {
-      if (server) Link(key, tokens.first(static_cast<size_t>(got->length)), entry, CacheType::kAssistant);
+      if (policy_.KeepsPersistentHits()) {
+        Link(key, tokens.first(static_cast<size_t>(got->length)), entry, CacheType::kAssistant);
+      }
       return hit;
     }
-    if (!server || got->length < q) break;
+    if (got->length <= most) break;
   }
   return std::optional<Hit>();
 }
@@ -154,32 +154,38 @@ Result<std::optional<ServerPromptCache::Hit>> ServerPromptCache::Fetch(const Pro
                                                                        std::span<const int32_t> tokens) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t q = static_cast<int64_t>(tokens.size());
-  const bool server = options_.memory_policy == MemoryPolicy::kServer;
   bool asked_disk = false, asked_shared = false, unknown_model = false;
   const TenantSalt* tenant = scope.tenant ? &*scope.tenant : nullptr;
   const std::string key = SaltedMemoryKey(scope.memory_key, tenant);
   Result<std::optional<Hit>> result = [&]() -> Result<std::optional<Hit>> {
     KV_ASSIGN_OR_RETURN(std::optional<Hit> best, FromMemory(key, tokens));
-    if (q == 0 || (best && !server)) return best;  // mlx-lm: a memory hit is final
     auto reused = [&] { return best ? best->reused : 0; };
+    // The longest prefix wins, whichever tier holds it: a persistent tier is
+    // asked whenever it could serve more than the tiers before it.
+    if (q == 0 || reused() >= policy_.MostReused(PromptCacheTier::kDisk, q)) return best;
     std::shared_lock<std::shared_mutex> l(tiers_mu_);
     if (tiers_closed_ || (options_.disk == nullptr && options_.shared == nullptr)) return best;
     if (!scope.model) {
       unknown_model = !best;
       return best;
     }
-    if (PromptCacheStore* disk = options_.disk; disk != nullptr && (!server || reused() < q - 1)) {
+    // The disk's index is in memory: asking it costs a lookup, and it loads
+    // only an entry that serves more than `have`.
+    if (PromptCacheStore* disk = options_.disk) {
       asked_disk = true;
-      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(key, tokens, reused(), PromptCacheTier::kDisk,
+      const int64_t have = reused();
+      KV_ASSIGN_OR_RETURN(auto hit, FromPersistent(key, tokens, have, PromptCacheTier::kDisk,
                                                    [&](size_t n) -> Result<std::optional<Loaded>> {
                                                      KV_ASSIGN_OR_RETURN(auto got, disk->FetchLongestPrefix(
-                                                                                       *scope.model, tokens.first(n), tenant));
+                                                                                       *scope.model, tokens.first(n), tenant, have));
                                                      if (!got) return std::optional<Loaded>();
                                                      return Loaded{std::move(got->cache), got->length, 0};
                                                    }));
       if (hit) best = std::move(hit);
     }
-    // The shared tier holds whole chunks only: asked when they could serve more.
+    // The shared tier holds whole chunks only, and costs a round trip: it is
+    // asked when a chunk boundary of the query lies past what the others
+    // serve (the hit then adds at least that chunk's last token).
     if (SharedPromptCache* shared = options_.shared;
         shared != nullptr && q / shared->chunk_tokens() * shared->chunk_tokens() > reused()) {
       asked_shared = true;

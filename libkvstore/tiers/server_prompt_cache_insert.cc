@@ -4,6 +4,7 @@
 
 #include "libkvstore/cache/cache_leaves.h"
 #include "libkvstore/tiers/memory_tier.h"
+#include "libkvstore/tiers/serving_policy.h"
 #include "libkvstore/tiers/tier_writer.h"
 
 namespace kvstore {
@@ -51,8 +52,7 @@ Status ServerPromptCache::Check(const PromptScope& scope, std::span<const int32_
 
 Status ServerPromptCache::Insert(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
                                  const PromptInsertOptions& options) {
-  const bool mlx_lm = options_.memory_policy == MemoryPolicy::kMlxLm;
-  if (tokens.empty() && !mlx_lm) return Status::InvalidArgument("ServerPromptCache: empty token key");
+  if (tokens.empty() && !policy_.StoresEmptyKeys()) return Status::InvalidArgument("ServerPromptCache: empty token key");
   const bool persist = scope.model.has_value() && !tokens.empty();
   const std::string key = SaltedMemoryKey(scope.memory_key, scope.tenant ? &*scope.tenant : nullptr);
   // What is stored must pass the checks; a binding's own memory entry is

@@ -4,6 +4,7 @@ import copy
 import itertools
 import logging
 import os
+import signal
 import warnings
 import weakref
 
@@ -11,6 +12,7 @@ from . import _kvstore
 from .errors import Error
 from ._mlx_bridge import caches_from_layers, layers_from_caches
 from ._model_structures import StoredStructures
+from .errors import FailedPreconditionError
 
 log = logging.getLogger("kvstore")
 
@@ -35,11 +37,13 @@ class TieredPromptCache:
     between the tiers for C++ servers too. Its memory tier runs mlx-lm's LRUPromptCache
     policy (the same trie search, tiers by ``cache_type``, prefix removal and eviction;
     fetches return deep copies), so memory hits are exactly what LRUPromptCache returns.
-    On a memory miss the disk tier (``directory``, at most ``disk_bytes``) and then the
-    shared tier (``redis``, a ``redis://[USER:PASSWORD@]HOST:PORT`` URL; asked only when
-    whole chunks of ``redis_chunk_tokens`` could serve more than the disk) serve the
-    longest reusable prefix of the tokens (a stored prefix, or a longer trimmable entry
-    trimmed to the common prefix), verified before use; a corrupt, unreadable or
+    When memory holds no prefix, or a shorter one, the disk tier (``directory``, at most
+    ``disk_bytes``) and then the shared tier (``redis``, a
+    ``redis://[USER:PASSWORD@]HOST:PORT`` URL; asked only when whole chunks of
+    ``redis_chunk_tokens`` could serve more than memory and disk) serve the longest
+    reusable prefix of the tokens (a stored prefix, or a longer trimmable entry trimmed to
+    the common prefix), verified before use, leaving at least one token to process (what
+    mlx_lm.server needs to generate); a corrupt, unreadable or
     unreachable entry is a miss (logged or counted), never an exception. Inserts go to
     memory at once and are queued in C++ for the persistent tiers (at most
     ``disk_queue`` caches wait for the disk; a full queue drops the write and counts
@@ -136,6 +140,9 @@ class TieredPromptCache:
         with the same salt are served, from every tier. None: entries inserted without one."""
         fingerprint = self._fingerprint_for(model) if self._persistent else None
         hit = self._core.fetch(self._memory_key(model), fingerprint, tokens, _salt_bytes(salt))
+        disk = self._disk
+        if disk is not None:
+            _log_dropped(disk)
         if hit is None:
             return None, tokens
         entry, entry_tokens, layers, reused, tier = hit
@@ -233,7 +240,9 @@ class TieredPromptCache:
     def close(self):
         """Flush pending writes and release the directory and connections. Idempotent;
         the memory tier stays usable (later inserts are not persisted, counted as drops)."""
-        self._disk = self._shared = None
+        disk, self._disk, self._shared = self._disk, None, None
+        if disk is not None:
+            _log_dropped(disk)
         self._finalizer()
 
     def __enter__(self):
@@ -296,6 +305,35 @@ def _salt_bytes(salt):
     if isinstance(salt, str):
         return salt.encode()
     raise TypeError("salt must be str, bytes or None, not %s" % type(salt).__name__)
+
+
+def stop_on_sigterm():
+    """Make SIGTERM stop this process as Ctrl-C does, so that the writes still queued
+    for the persistent tiers are not lost.
+
+    Python runs no cleanup when SIGTERM kills it: the caches a TieredPromptCache has
+    queued for the disk and Redis (at most ``disk_queue``; usually the last response's)
+    are lost. After this call SIGTERM raises KeyboardInterrupt in the main thread, which
+    mlx_lm.server handles by shutting its HTTP server down and joining its generation
+    thread; the interpreter then exits, and its exit hooks flush and close every
+    TieredPromptCache. Call it from the main thread (Python's rule for signal handlers).
+    Returns the handler it replaced.
+    """
+    return signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _log_dropped(disk):
+    """Log the files the disk tier removed as corrupt or mismatched since the last call."""
+    try:
+        notes = disk.take_dropped()
+    except FailedPreconditionError:  # closed by another thread meanwhile
+        return
+    for note in notes:
+        log.warning("kvstore: disk tier removed a bad entry: %s", note)
 
 
 def _close(core, disk, shared):

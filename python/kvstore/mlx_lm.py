@@ -12,10 +12,10 @@ import os
 
 from . import _kvstore
 from ._mlx_bridge import cache_module, caches_from_layers, layers_from_caches, layout_for, mx
-from ._tiered import TieredPromptCache
+from ._tiered import TieredPromptCache, stop_on_sigterm
 from .errors import CorruptionError, Error
 
-__all__ = ["save_prompt_cache", "load_prompt_cache", "TieredPromptCache"]
+__all__ = ["save_prompt_cache", "load_prompt_cache", "TieredPromptCache", "stop_on_sigterm"]
 
 
 def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zstd", integrity=True,

@@ -99,6 +99,8 @@ void RegisterDiskStore(py::module_& m) {
       .def_property_readonly("mismatched_dropped", [](const PyDiskStore& s) { return s.Get()->mismatched_dropped(); })
       .def_property_readonly("fingerprint_refused", [](const PyDiskStore& s) { return s.Get()->fingerprint_refused(); })
       .def_property_readonly("last_refusal", [](const PyDiskStore& s) { return s.Get()->last_refusal(); })
+      .def("take_dropped", [](const PyDiskStore& s) { return s.Get()->TakeDropped(); },
+           "The files removed as bad since the last call, each '<file>: <why>'.")
       .def_property_readonly("open_entries", &PyDiskStore::open_entries)
       .def_property_readonly("open_dropped", &PyDiskStore::dropped);
 }

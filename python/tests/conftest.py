@@ -94,3 +94,16 @@ def run_in_threads(work, n=4):
     for t in threads:
         t.join()
     return errors
+
+
+def apply_documented_server_diff(root):
+    """Applies docs/python.md's diff for mlx_lm.server to root/mlx_lm/server.py with
+    ``patch -p1 --fuzz=0`` (the diff must apply as written); returns patch's CompletedProcess."""
+    import subprocess
+
+    doc = (REPO / "docs" / "python.md").read_text()
+    section = doc[doc.index("### Using it in `mlx_lm.server`"):]
+    start = section.index("```diff\n") + len("```diff\n")
+    diff = section[start:section.index("\n```", start)] + "\n"
+    return subprocess.run(["patch", "-p1", "--fuzz=0", "--forward", "--no-backup-if-mismatch"], input=diff,
+                          cwd=root, capture_output=True, text=True)

@@ -1,15 +1,18 @@
 """TieredPromptCache against mlx-lm's own LRUPromptCache (mlx-ref), plus its disk tier."""
 
 import json
+import logging
 import os
 import random
+import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 
 import kvstore
-from conftest import flatten, run_in_threads
+from conftest import MLX_REF_PYTHON, apply_documented_server_diff, flatten, run_in_threads
 from kvstore.mlx_lm import TieredPromptCache
 
 MODEL = ("models/demo", None, None)  # mlx_lm.server's model key shape
@@ -116,12 +119,19 @@ def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path)
     with TieredPromptCache(max_size=3, directory=tmp_path / "store") as ours:
         run(ops, ours, mlx_cache, mx, check)
     for (g_state, g_rest), (w_state, w_rest, _, _), op in zip(got, want, [o for o in ops if o[0] == "fetch"]):
-        if w_state is not None:
+        if w_state is not None and len(g_rest) == len(w_rest):
             assert (g_state, g_rest) == (w_state, w_rest)  # memory hits are mlx-lm's
-        elif g_state is not None:  # a disk hit: the cache inserted for the prefix it covers
+        elif g_state is not None:  # a disk hit, longer than memory's: the cache inserted for what it covers
+            assert w_state is None or len(g_rest) < len(w_rest)
+            assert len(g_rest) >= 1  # a persistent hit leaves a token to process
             disk_hits[0] += 1
-            covered = op[2][: len(op[2]) - len(g_rest)] if g_rest else op[2]
-            assert g_state in inserted[(op[1], tuple(covered))]
+            covered = op[2][: len(op[2]) - len(g_rest)]
+            # An entry inserted for those tokens, or a longer one trimmed to them.
+            assert g_state in inserted.get((op[1], tuple(covered)), []) + [
+                state_of(make_cache(mlx_cache, mx, covered, kinds[(model, tokens)]))
+                for (model, tokens) in inserted if model == op[1] and tokens[: len(covered)] == tuple(covered)]
+        else:
+            assert w_state is None
     assert disk_hits[0] > 0
 
     # A new process on the same directory serves the old prefixes, once it knows what
@@ -131,8 +141,8 @@ def test_disk_tier_serves_misses_and_survives_a_restart(mlx_cache, mx, tmp_path)
         hits = 0
         for (model, tokens), states in inserted.items():
             restarted.register_model(model, make_cache(mlx_cache, mx, [1], kinds[(model, tokens)]))
-            cache, rest = restarted.fetch_nearest_cache(model, list(tokens))
-            if cache is not None and rest == []:
+            cache, rest = restarted.fetch_nearest_cache(model, list(tokens) + [99])
+            if cache is not None and rest == [99]:
                 hits += 1
                 assert state_of(cache) == states[-1]  # close() flushed every write
         assert hits >= len(inserted) // 2  # the disk budget keeps most of them
@@ -146,6 +156,70 @@ def store_kv_prompts(mlx_cache, mx, tmp_path):
         for p in prompts:
             cache.insert_cache(MODEL, p, make_cache(mlx_cache, mx, p, "kv"))
     return store, prompts
+
+
+def test_the_documented_server_diff_applies_to_mlx_lm_server(tmp_path):
+    """docs/python.md's diff for mlx_lm.server applies to the real server.py, as written."""
+    server = MLX_REF_PYTHON / "mlx_lm" / "server.py"
+    if not server.is_file():
+        pytest.skip(f"mlx-lm's server.py not found at {server} (set KVSTORE_MLX_REF to mlx-ref's folder)")
+    if shutil.which("patch") is None:
+        pytest.skip("patch(1) is not installed")
+    (tmp_path / "mlx_lm").mkdir()
+    shutil.copy(server, tmp_path / "mlx_lm" / "server.py")
+    done = apply_documented_server_diff(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    patched = (tmp_path / "mlx_lm" / "server.py").read_text()
+    assert "LRUPromptCache(model_provider" not in patched and "TieredPromptCache(" in patched
+    compile(patched, "server.py", "exec")
+
+
+def test_every_hit_leaves_a_token_to_process(mlx_cache, mx, tmp_path):
+    """mlx_lm.server processes the remainder of every fetch (generate.py's
+    insert_segments takes its last token): an empty remainder kills its
+    generation thread. After a restart the disk holds the whole prompt (the
+    prompt and its completion, for a regenerate; or the prompt itself), so its
+    hit is trimmed by one token, as LRUPromptCache trims a longer entry; a
+    model that cannot trim is served a shorter entry (the end of the system
+    prompt, which mlx_lm.server inserts at the end of that segment)."""
+    store = tmp_path / "store"
+    prompt, stored_whole = list(range(1, 41)), list(range(200, 230))
+    conversation = prompt + list(range(100, 120))
+    system, chat = list(range(300, 310)), list(range(300, 330))
+    rotating_model = ("models/rotating", None, None)
+    with TieredPromptCache(directory=store) as cache:
+        cache.insert_cache(MODEL, conversation, make_cache(mlx_cache, mx, conversation, "kv"))
+        cache.insert_cache(MODEL, stored_whole, make_cache(mlx_cache, mx, stored_whole, "kv"))
+        cache.insert_cache(rotating_model, system, make_cache(mlx_cache, mx, system, "rotating"), cache_type="system")
+        cache.insert_cache(rotating_model, chat, make_cache(mlx_cache, mx, chat, "rotating"))
+    with TieredPromptCache(directory=store) as restarted:
+        for tokens in (prompt, stored_whole):
+            got, rest = restarted.fetch_nearest_cache(MODEL, tokens)
+            assert got is not None and rest == tokens[-1:]
+            assert state_of(got) == state_of(make_cache(mlx_cache, mx, tokens[:-1], "kv"))
+        got, rest = restarted.fetch_nearest_cache(rotating_model, chat)
+        assert rest == chat[len(system):]
+        assert state_of(got) == state_of(make_cache(mlx_cache, mx, system, "rotating"))
+        assert len(restarted) == 0  # the persistent tiers' hits are served, not kept, as mlx-lm would
+
+
+def test_the_longest_prefix_wins_whichever_tier_holds_it(mlx_cache, mx, tmp_path):
+    """After a restart and one unrelated request (which shares the first token, as
+    every prompt shares BOS), memory has a one-token hit for an old conversation:
+    the disk's whole conversation is served instead."""
+    store = tmp_path / "store"
+    conversation = list(range(1, 61))
+    with TieredPromptCache(directory=store) as cache:
+        cache.insert_cache(MODEL, conversation, make_cache(mlx_cache, mx, conversation, "kv"))
+    with TieredPromptCache(directory=store) as restarted:
+        unrelated = [1, 500, 501]
+        restarted.insert_cache(MODEL, unrelated, make_cache(mlx_cache, mx, unrelated, "kv"))
+        got, rest = restarted.fetch_nearest_cache(MODEL, conversation + [7, 8])
+        assert rest == [7, 8]
+        assert state_of(got) == state_of(make_cache(mlx_cache, mx, conversation, "kv"))
+        # Memory's own hit when the disk holds nothing longer: mlx-lm's answer.
+        got, rest = restarted.fetch_nearest_cache(MODEL, unrelated + [9])
+        assert rest == [9] and state_of(got) == state_of(make_cache(mlx_cache, mx, unrelated, "kv"))
 
 
 def test_persistent_tiers_refuse_caches_of_another_model_configuration(mlx_cache, mx, tmp_path):
@@ -258,6 +332,7 @@ def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
         else:
             data[-5] ^= 0x40  # a flipped bit in tensor data
         f.write_bytes(bytes(data))
+    caplog.set_level(logging.WARNING, logger="kvstore")
     with TieredPromptCache(directory=store) as cache:
         cache.register_model(MODEL, make_cache(mlx_cache, mx, [1], "kv"))
         for n in range(3, 8):
@@ -266,6 +341,10 @@ def test_corrupt_files_on_disk_are_misses(mlx_cache, mx, tmp_path, caplog):
         stats = cache.disk_stats()
         assert stats["entries"] == 0
         assert stats["corrupt_dropped"] + len(cache._disk.open_dropped) >= 5
+    # Each removed file is logged once on the kvstore logger, with why.
+    logged = [r.getMessage() for r in caplog.records if r.name == "kvstore" and "removed a bad entry" in r.getMessage()]
+    assert sorted(m.split("removed a bad entry: ")[1].split(":")[0] for m in logged) == [f.name for f in files]
+    assert not any(f.exists() for f in files)
 
 
 def test_writes_are_flushed_at_interpreter_exit(mlx_cache, mx, tmp_path):
@@ -287,6 +366,37 @@ cache.insert_cache(("m", None), [1, 2, 3, 4], [c])
         cache.register_model(("m", None), [sample])
         got, rest = cache.fetch_nearest_cache(("m", None), [1, 2, 3, 4, 5])
         assert got is not None and rest == [5] and got[0].offset == 4
+
+
+def test_sigterm_stops_like_ctrl_c_and_the_queued_writes_are_flushed(mlx_cache, mx, tmp_path):
+    """Python runs no cleanup on SIGTERM; stop_on_sigterm() turns it into KeyboardInterrupt,
+    which mlx_lm.server handles by stopping (serve_forever's except), and the exit hooks flush."""
+    store = tmp_path / "store"
+    code = f"""
+import sys, time
+sys.path.insert(0, {str(mlx_cache.__file__.rsplit('/mlx_lm/', 1)[0])!r})
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+from kvstore.mlx_lm import TieredPromptCache, stop_on_sigterm
+cache = TieredPromptCache(directory={str(store)!r})
+stop_on_sigterm()
+for n in range(1, 9):
+    c = KVCache(); c.update_and_fetch(mx.ones((1, 8, 512 * n, 64)), mx.ones((1, 8, 512 * n, 64)))
+    cache.insert_cache(("m", None), list(range(512 * n)), [c])
+print("ready", flush=True)
+try:
+    while True:  # mlx_lm.server's httpd.serve_forever()
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    print("stopped", flush=True)  # httpd.shutdown(); response_generator.stop_and_join()
+"""
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    assert child.stdout.readline() == "ready\n"
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=120)
+    assert child.returncode == 0 and out == "stopped\n"
+    with TieredPromptCache(directory=store) as cache:
+        assert cache.disk_stats(indexed=True)["entries"] == 8
 
 
 def test_a_collected_cache_flushes_and_releases_its_directory(mlx_cache, mx, tmp_path):
@@ -353,8 +463,8 @@ def test_concurrent_use(mlx_cache, mx, tmp_path):
     with TieredPromptCache(directory=tmp_path / "store") as restarted:  # MLX on this thread only
         restarted.register_model(MODEL, [NumpyKVCache([1])])
         for p in prompts:
-            got, rest = restarted.fetch_nearest_cache(MODEL, list(p))
-            assert rest == [] and bytes(memoryview(got[0].state[0])) == NumpyKVCache(p).keys.tobytes()
+            got, rest = restarted.fetch_nearest_cache(MODEL, list(p) + [9])
+            assert rest == [9] and bytes(memoryview(got[0].state[0])) == NumpyKVCache(p).keys.tobytes()
 
 
 def test_interface_details(mlx_cache, mx, tmp_path):

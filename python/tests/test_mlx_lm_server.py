@@ -1,0 +1,182 @@
+"""The real mlx_lm.server with docs/python.md's integration, over HTTP on loopback.
+
+A tiny random Llama (2 layers, written with MLX) and mlx-ref's stand-in tokenizer; the
+server's own code is mlx-ref's, patched with the diff docs/python.md shows. Greedy answers
+are compared with the unpatched server's; a restart must serve from disk on its first
+request and after other traffic; a prompt the disk holds whole (a regenerate after a
+restart) must be answered, not hang; a SIGKILL and corrupt entries leave clean misses, and
+the corrupt entries are logged.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+import kvstore
+from conftest import MLX_REF, MLX_REF_PYTHON, apply_documented_server_diff
+
+STUBS = MLX_REF / "stubs"
+PACKAGE = os.path.dirname(os.path.dirname(kvstore.__file__))  # the kvstore under test
+CHARS = "".join(chr(c) for c in range(32, 127)) + "\n"
+CONFIG = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
+          "vocab_size": 3 + len(CHARS), "tie_word_embeddings": True}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, mlx_cache, mx):
+    if not (MLX_REF_PYTHON / "mlx_lm" / "server.py").is_file() or not (STUBS / "transformers").is_dir():
+        pytest.skip(f"mlx-lm's server.py or the stubs not found in {MLX_REF}")
+    if shutil.which("patch") is None:
+        pytest.skip("patch(1) is not installed")
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    d = tmp_path_factory.mktemp("model")
+    mx.random.seed(7)
+    model = llama.Model(llama.ModelArgs.from_dict(CONFIG))
+    mx.save_safetensors(str(d / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    (d / "config.json").write_text(json.dumps(CONFIG))
+    (d / "e2e_tokenizer.json").write_text(json.dumps(
+        {"type": "char", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+         "specials": ["<unk>", "<s>", "</s>"], "chars": CHARS, "chat_template": "e2e-simple"}))
+    return d
+
+
+@pytest.fixture(scope="module")
+def patched_package(tmp_path_factory, model_dir):
+    """A copy of mlx-ref's mlx_lm package with docs/python.md's diff applied to server.py."""
+    root = tmp_path_factory.mktemp("patched")
+    shutil.copytree(MLX_REF_PYTHON / "mlx_lm", root / "mlx_lm")
+    done = apply_documented_server_diff(root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+class Server:
+    def __init__(self, model_dir, pythonpath, home):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, pythonpath)), HOME=str(home))
+        self.log = open(home / f"server-{self.port}.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir),
+                                      "--host", "127.0.0.1", "--port", str(self.port)],
+                                     env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("server did not start: " + self.output())
+
+    def output(self):
+        self.log.flush()
+        return open(self.log.name).read()
+
+    def chat(self, messages):
+        """(answer, cached prompt tokens, prompt tokens) of a greedy completion; fails after 60 s
+        (a hang)."""
+        body = json.dumps({"messages": messages, "max_tokens": 6, "temperature": 0.0}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/chat/completions", body,
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                reply = json.loads(r.read())
+        except Exception as e:
+            raise AssertionError(f"{e}; server output:\n{self.output()}")
+        usage = reply["usage"]
+        cached = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+        return reply["choices"][0]["message"]["content"], cached, usage["prompt_tokens"]
+
+    def stop(self):
+        self.proc.terminate()  # the patched server flushes its queued writes (stop_on_sigterm)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+SYSTEM = {"role": "system", "content": "You are a tiny random model. " * 8}
+
+
+def conversation(topic, turns):
+    msgs = [SYSTEM]
+    for i in range(turns):
+        msgs.append({"role": "user", "content": f"Tell me about {topic}, part {i}. " * 4})
+        if i + 1 < turns:
+            msgs.append({"role": "assistant", "content": f"Here is part {i} about {topic}."})
+    return msgs
+
+
+REQUESTS = [conversation("tides", 1), conversation("tides", 1), conversation("moss", 1), conversation("tides", 2)]
+
+
+def test_the_patched_server_answers_as_the_unpatched_one_and_restarts_warm(model_dir, patched_package, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    plain = Server(model_dir, [STUBS, MLX_REF_PYTHON], home)
+    try:
+        want = [plain.chat(m)[0] for m in REQUESTS]
+    finally:
+        plain.stop()
+
+    ours = Server(model_dir, [STUBS, patched_package, PACKAGE, MLX_REF_PYTHON], home)
+    try:
+        got = [ours.chat(m) for m in REQUESTS]
+    finally:
+        ours.stop()
+    assert [answer for answer, _, _ in got] == want
+    assert got[1][1] == got[1][2] - 1  # the repeated prompt: all but its last token from memory
+    store = home / ".cache" / "mlx-lm" / "prompt-caches"
+    assert any(p.suffix == ".safetensors" for p in store.iterdir())
+
+    # A restart: the first request is served from disk, as is an old conversation after
+    # unrelated traffic; a prompt the disk holds whole (the regenerate) is answered.
+    again = Server(model_dir, [STUBS, patched_package, PACKAGE, MLX_REF_PYTHON], home)
+    try:
+        first = again.chat(REQUESTS[0])
+        other = again.chat(conversation("glaciers", 1))
+        later = again.chat(REQUESTS[3])
+        regenerate = again.chat(REQUESTS[2])
+    finally:
+        again.stop()
+    assert first[0] == want[0] and first[1] == first[2] - 1  # the disk held it whole (prompt + answer)
+    assert other[1] > 0  # the shared system prompt, from memory
+    assert later[0] == want[3] and later[1] > first[2]  # the disk's first turn, after other traffic
+    assert regenerate[0] == want[2] and regenerate[1] == regenerate[2] - 1
+
+    # SIGKILL right after a response, then every entry corrupted: answers are unchanged,
+    # the corrupt entries are misses, removed and logged on the kvstore logger.
+    killed = Server(model_dir, [STUBS, patched_package, PACKAGE, MLX_REF_PYTHON], home)
+    try:
+        assert killed.chat(REQUESTS[3])[0] == want[3]
+    finally:
+        killed.proc.kill()
+        killed.proc.wait()
+        killed.log.close()
+    entries = sorted(store.glob("*.safetensors"))
+    for f in entries:
+        data = bytearray(f.read_bytes())
+        data[-3] ^= 0x40  # a tensor byte: the digests fail
+        f.write_bytes(bytes(data))
+    last = Server(model_dir, [STUBS, patched_package, PACKAGE, MLX_REF_PYTHON], home)
+    try:
+        answer = last.chat(REQUESTS[3])
+        log = last.output()
+    finally:
+        last.stop()
+    assert answer[0] == want[3]
+    assert "kvstore: disk tier removed a bad entry" in log
