@@ -8,6 +8,7 @@ packages=(
   libzstd-dev libcli11-dev nlohmann-json3-dev libssl-dev libxxhash-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   zstd openssl xxhash               # reference tools for bench/ and tests
+  patch                             # applies docs/python.md's mlx_lm.server diff in its test
   # The Python package (python/, built for Debian's /usr/bin/python3) and its
   # tests; libopenblas0-pthread and libgfortran5 let ../shared/mlx-ref's MLX import;
   # python3-prometheus-client for docs/python.md's /metrics example and its test.
