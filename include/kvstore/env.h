@@ -87,6 +87,14 @@ class WritableFile {
   // file that hands written ranges to the device early, so that a final
   // Sync has little left to do, stops doing so. No effect on the content.
   virtual void WillNotSync() {}
+  // Hint that this file will replace the regular file at `path`
+  // (WriteFileAtomic's target). A file that is synced may give up the old
+  // file's cached pages behind its own writes, range for range, so that the
+  // two hold about one file's worth of page cache, as a rewrite in place
+  // would; the old file stays complete until it is replaced. No effect on
+  // either file's content; nothing happens when `path` is missing or is not
+  // a regular file.
+  virtual void WillReplace(const std::string& path) { (void)path; }
 };
 
 // An advisory, exclusive, process-level lock on a file (see Env::LockFile).

@@ -131,6 +131,7 @@ Status WriteFileAtomic(Env* env, const std::string& path, const std::function<St
   if (!file.ok()) return about_output(file.status());
   temp.Adopt(std::move(file).value());
   if (!options.sync) temp.file().WillNotSync();
+  temp.file().WillReplace(target);
   if (Status s = fill(temp.file()); !s.ok()) return about_output(s);
   if (Status s = temp.SyncAndClose(options.sync); !s.ok()) return about_output(s);
   if (Status s = env->RenameFile(temp.path(), target); !s.ok()) return about_output(s);

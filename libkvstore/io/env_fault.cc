@@ -80,6 +80,7 @@ class FaultInjectionEnv::WrappedFile final : public WritableFile {
   Status Close() override { return base_->Close(); }
   uint64_t size() const override { return base_->size(); }
   void WillNotSync() override { base_->WillNotSync(); }
+  void WillReplace(const std::string& path) override { base_->WillReplace(path); }
 
  private:
   FaultInjectionEnv* env_;

@@ -67,6 +67,22 @@ class PosixMappedFile final : public ReadableFile {
   size_t size_;
 };
 
+// A read-only descriptor on the regular file at `path`, or -1 (missing, not
+// a regular file, unreadable).
+int OpenReplacedFile(const std::string& path) {
+  // Only a regular file is opened: opening a FIFO or a device can block or
+  // have effects of its own. The check is repeated on what was opened.
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 class PosixWritableFile final : public WritableFile {
  public:
   PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
@@ -124,6 +140,7 @@ class PosixWritableFile final : public WritableFile {
     // Never retried: see ScopedFd.
     if (close(fd_) != 0 && s.ok()) s = Fail(PosixError("close", path_, errno));
     fd_ = -1;
+    StopReleasingReplaced();
     buffer_.clear();
     buffer_.shrink_to_fit();
     return s;
@@ -159,10 +176,19 @@ class PosixWritableFile final : public WritableFile {
       written_ += static_cast<uint64_t>(n);
     }
     StartWriteback();
+    ReleaseReplacedCache();
     return Status::OK();
   }
 
-  void WillNotSync() override { start_writeback_ = false; }
+  void WillNotSync() override {
+    start_writeback_ = false;
+    StopReleasingReplaced();
+  }
+
+  void WillReplace(const std::string& path) override {
+    if (!start_writeback_ || replaced_fd_ >= 0) return;
+    replaced_fd_ = OpenReplacedFile(path);
+  }
 
   // Hands every full kPosixWritebackChunk written so far to the device
   // without waiting, so the disk works while we produce the rest and the
@@ -179,6 +205,30 @@ class PosixWritableFile final : public WritableFile {
 #endif
   }
 
+  // Drops the replaced file's clean cached pages in every full
+  // kPosixWritebackChunk this file has written over: pages that would be
+  // freed only when the old file is removed, after the whole new file took
+  // pages of its own. A new page costs far more than a recycled one where
+  // the kernel must get it from the host (a VM whose free memory is
+  // reported to its host: docs/performance.md), and under memory pressure
+  // the dying file's pages are what reclaim should take first. Only files
+  // that will be synced do this: on an old file's dirty pages it would
+  // start their writeback, the cost WillNotSync avoids. Advisory.
+  void ReleaseReplacedCache() {
+#ifdef POSIX_FADV_DONTNEED
+    if (replaced_fd_ < 0 || written_ - released_ < kPosixWritebackChunk) return;
+    const uint64_t upto = written_ / kPosixWritebackChunk * kPosixWritebackChunk;
+    (void)posix_fadvise(replaced_fd_, static_cast<off_t>(released_), static_cast<off_t>(upto - released_),
+                        POSIX_FADV_DONTNEED);
+    released_ = upto;
+#endif
+  }
+
+  void StopReleasingReplaced() {
+    if (replaced_fd_ >= 0) close(replaced_fd_);
+    replaced_fd_ = -1;
+  }
+
   // A failed write leaves the file's length and content unknown, so every
   // later call reports the first error instead of appending after a hole.
   Status Fail(Status s) {
@@ -192,6 +242,8 @@ class PosixWritableFile final : public WritableFile {
   uint64_t written_ = 0;             // bytes handed to write(2)
   uint64_t writeback_started_ = 0;   // prefix already given to sync_file_range
   bool start_writeback_ = true;      // false after WillNotSync
+  int replaced_fd_ = -1;             // the file this one replaces (WillReplace), or -1
+  uint64_t released_ = 0;            // its prefix whose cache was released
   std::vector<std::byte> buffer_;
   Status error_;
 };
