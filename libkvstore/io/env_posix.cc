@@ -229,6 +229,10 @@ class PosixEnv final : public Env {
 
   Status RenameFile(const std::string& from, const std::string& to) override {
     if (std::optional<Status> exchanged = ReplaceByExchange(from, to)) return *exchanged;
+    // No exchange (no renameat2, or a file system without it): what is not
+    // a regular file is refused before the rename rather than after.
+    struct stat st;
+    if (lstat(to.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return NotRegularFile(to, st.st_mode, "replace it");
     if (rename(from.c_str(), to.c_str()) != 0) {
       return PosixError("rename '" + from + "' to", to, errno);
     }

@@ -41,7 +41,8 @@ int ExchangePaths(const char* a, const char* b) {
 
 int BeginWriteback(int fd, uint64_t offset, uint64_t length) {
 #if KVSTORE_HAVE_SYNC_FILE_RANGE
-  return sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(length), SYNC_FILE_RANGE_WRITE);
+  return sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(length),
+                         SYNC_FILE_RANGE_WRITE);
 #else
   (void)fd;
   (void)offset;
@@ -118,8 +119,10 @@ bool SameFileTimes(const struct stat& a, const struct stat& b) {
   return a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
          a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
 #elif KVSTORE_HAVE_STAT_MTIMESPEC
-  return a.st_mtimespec.tv_sec == b.st_mtimespec.tv_sec && a.st_mtimespec.tv_nsec == b.st_mtimespec.tv_nsec &&
-         a.st_ctimespec.tv_sec == b.st_ctimespec.tv_sec && a.st_ctimespec.tv_nsec == b.st_ctimespec.tv_nsec;
+  return a.st_mtimespec.tv_sec == b.st_mtimespec.tv_sec &&
+         a.st_mtimespec.tv_nsec == b.st_mtimespec.tv_nsec &&
+         a.st_ctimespec.tv_sec == b.st_ctimespec.tv_sec &&
+         a.st_ctimespec.tv_nsec == b.st_ctimespec.tv_nsec;
 #else
   return a.st_mtime == b.st_mtime && a.st_ctime == b.st_ctime;
 #endif

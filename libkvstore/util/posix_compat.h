@@ -26,7 +26,8 @@ namespace kvstore {
 // the file systems that refuse it. Elsewhere without fdatasync: fsync.
 int SyncFileData(int fd);
 // The call whose error SyncFileData reports, for messages.
-inline constexpr std::string_view kSyncFileDataCall = KVSTORE_HAVE_FDATASYNC ? "fdatasync" : "fsync";
+inline constexpr std::string_view kSyncFileDataCall =
+    KVSTORE_HAVE_FDATASYNC ? "fdatasync" : "fsync";
 
 // Makes the entries of the directory open as `fd` durable: F_FULLFSYNC
 // where the system has it (fsync on file systems that refuse it), else fsync.
