@@ -38,7 +38,8 @@ class CMakeBuild(build_ext):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(built, target)
         if shutil.which("strip"):  # the debug info of RelWithDebInfo is most of the file
-            subprocess.check_call(["strip", "--strip-debug", target])
+            # -S: --strip-debug in GNU strip, and what macOS's strip understands
+            subprocess.check_call(["strip", "-S", target])
 
     @staticmethod
     def _configure(build_dir):

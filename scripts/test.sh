@@ -4,7 +4,8 @@
 #   scripts/test.sh              Release build in build/ (the default compiler),
 #                                with the Python package and its pytest suites
 #   scripts/test.sh --sanitize   AddressSanitizer + UBSan build in build-asan/, with clang
-#                                (so CI compiles the whole tree with both compilers);
+#                                (so CI compiles the whole tree with both compilers) and
+#                                the POSIX fallbacks of the Linux-only calls (KVSTORE_PORTABLE);
 #                                scripts/build-asan.sh, which scripts/fuzz.sh shares
 #   scripts/test.sh --tsan       ThreadSanitizer build of the concurrent parts in build-tsan/
 #                                (ServerPromptCache, PromptCacheStore, SharedPromptCache,

@@ -5,7 +5,9 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
+#if __has_include(<sys/sysmacros.h>)
+#include <sys/sysmacros.h>  // makedev (glibc; elsewhere sys/types.h)
+#endif
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -1,6 +1,5 @@
 // POSIX-only behaviour of Env::Default(): error mapping, mmap, descriptors
 // and locks across processes.
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -33,23 +32,16 @@ int RunInChild(const std::function<int()>& child) {
   return WEXITSTATUS(status);
 }
 
-// The descriptor flags of this process's open descriptor on `path`, or -1.
+// The descriptor flags of this process's open descriptor on the file
+// `path` names, or -1.
 int DescriptorFlagsFor(const std::string& path) {
-  DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  int flags = -1;
-  while (struct dirent* entry = readdir(d)) {
-    std::string link = std::string("/proc/self/fd/") + entry->d_name;
-    char target[PATH_MAX];
-    ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
-    if (n <= 0) continue;
-    if (std::string(target, static_cast<size_t>(n)) == path) {
-      flags = fcntl(atoi(entry->d_name), F_GETFD);
-      break;
-    }
+  struct stat file;
+  if (stat(path.c_str(), &file) != 0) return -1;
+  for (int fd : OpenDescriptorList()) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_dev == file.st_dev && st.st_ino == file.st_ino) return fcntl(fd, F_GETFD);
   }
-  closedir(d);
-  return flags;
+  return -1;
 }
 
 TEST(PosixErrorTest, MapsErrnoToCodeWithPathAndReason) {

@@ -4,11 +4,20 @@
 #ifndef KVSTORE_TESTS_ENV_TEST_UTIL_H_
 #define KVSTORE_TESTS_ENV_TEST_UTIL_H_
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvstore/env.h"
+#include "libkvstore/util/platform_config.h"
 #include "testutil.h"
 
 namespace kvstore::testing {
@@ -65,6 +74,41 @@ inline Status WriteString(Env* env, const std::string& path, std::string_view co
   KV_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(path));
   KV_RETURN_IF_ERROR(file->Append(AsBytes(content)));
   return file->Close();
+}
+
+// This process's open descriptors: the entries of /proc/self/fd where there
+// is one; elsewhere (or built with KVSTORE_PORTABLE) every number below the
+// descriptor limit, at most 65536, that fcntl(F_GETFD) accepts.
+inline std::vector<int> OpenDescriptorList() {
+  std::vector<int> fds;
+#if KVSTORE_HAVE_PROC_SELF
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return fds;
+  while (struct dirent* entry = readdir(d)) {
+    const int fd = atoi(entry->d_name);
+    if ((fd != 0 || entry->d_name == std::string_view("0")) && fd != dirfd(d)) fds.push_back(fd);
+  }
+  closedir(d);
+#else
+  const long limit = std::min(sysconf(_SC_OPEN_MAX), 65536L);
+  for (int fd = 0; fd < limit; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1) fds.push_back(fd);
+  }
+#endif
+  return fds;
+}
+
+// This process's descriptors on removed regular files of the file system
+// that holds `dir`.
+inline int DescriptorsOfRemovedFiles(const std::string& dir) {
+  struct stat where;
+  if (stat(dir.c_str(), &where) != 0) return -1;
+  int n = 0;
+  for (int fd : OpenDescriptorList()) {
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0 && st.st_dev == where.st_dev) ++n;
+  }
+  return n;
 }
 
 }  // namespace kvstore::testing

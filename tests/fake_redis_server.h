@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "kvstore/redis_backend.h"
+#include "libkvstore/util/posix_compat.h"
 #include "testutil.h"
 
 namespace kvstore::testing {
@@ -86,7 +88,11 @@ class FakeRedisServer {
       std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}};
       for (const Client& c : clients) fds.push_back({c.fd, POLLIN, 0});
       if (poll(fds.data(), fds.size(), 20) <= 0) continue;
-      if (fds[0].revents & POLLIN) clients.push_back({accept(listen_fd_, nullptr, nullptr), ""});
+      if (fds[0].revents & POLLIN) {
+        const int fd = accept(listen_fd_, nullptr, nullptr);
+        if (fd >= 0) (void)SuppressSigpipe(fd);
+        clients.push_back({fd, ""});
+      }
       for (size_t k = 1; k < fds.size(); ++k) {
         if (fds[k].revents == 0) continue;
         Client& c = clients[k - 1];
@@ -103,7 +109,11 @@ class FakeRedisServer {
           }
           if (reply == kSilence) continue;
           for (size_t sent = 0; sent < reply.size();) {
-            ssize_t w = send(c.fd, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
+            iovec part{reply.data() + sent, reply.size() - sent};
+            msghdr msg{};
+            msg.msg_iov = &part;
+            msg.msg_iovlen = 1;
+            ssize_t w = SendMsgNoSigpipe(c.fd, &msg);  // a client that left is no SIGPIPE
             if (w <= 0) break;
             sent += static_cast<size_t>(w);
           }

@@ -18,6 +18,7 @@
 #include "kvstore/zstd_seekable.h"
 #include "libkvstore/format/hash_pipeline.h"
 #include "libkvstore/util/ordered_pipeline.h"
+#include "libkvstore/util/platform_config.h"
 #include "libkvstore/util/parallel.h"
 #include "libkvstore/util/task_queue.h"
 #include "shared_tier_testutil.h"
@@ -216,7 +217,9 @@ int WithoutThreads(const std::function<int()>& body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if !KVSTORE_HAVE_PROC_SELF
+#define KVSTORE_SKIP_WITHOUT_THREADS() GTEST_SKIP() << "no /proc/self/statm to size RLIMIT_AS by"
+#elif defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define KVSTORE_SKIP_WITHOUT_THREADS() GTEST_SKIP() << "sanitizers reserve address space beyond RLIMIT_AS"
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)

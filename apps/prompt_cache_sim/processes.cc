@@ -42,7 +42,13 @@ bool Spawn(const std::vector<std::string>& argv, int index, Worker& w) {
     dup2(fds[1], STDOUT_FILENO);
     dup2(err_fds[1], STDERR_FILENO);
     for (int fd : {fds[0], fds[1], err_fds[0], err_fds[1]}) close(fd);
+#if KVSTORE_HAVE_PROC_SELF
     execv("/proc/self/exe", cargs.data());
+#else
+    // No /proc/self/exe (macOS, the BSDs): argv[0], a path or a name the
+    // shell found on PATH (this program never changes its directory).
+    execvp(cargs[0], cargs.data());
+#endif
     _exit(127);
   }
   close(fds[1]);

@@ -78,7 +78,7 @@ class WritableFile {
   // lie within size(). Used to fill in a header whose length was reserved
   // before the data behind it was written. Fails like Append.
   virtual Status WriteAt(uint64_t offset, std::span<const std::byte> data) = 0;
-  // Flushes buffers to the OS and the OS to the device (fdatasync).
+  // Flushes buffers to the OS and the OS to the device (fdatasync; F_FULLFSYNC on macOS).
   virtual Status Sync() = 0;
   virtual Status Close() = 0;
   // Bytes appended so far.
@@ -132,7 +132,7 @@ class Env {
   // does not exist; OK, changing nothing, when both name one file. The
   // POSIX Env refuses (IOError, both left as they were) to replace anything
   // at `to` but a regular file, and frees the replaced file's pages and
-  // blocks in the background (RENAME_EXCHANGE, then unlink; a few dozen
+  // blocks in the background (RENAME_EXCHANGE, then unlink, where renameat2 exists; a few dozen
   // such frees wait for busy pool workers at most, beyond that the caller
   // does them; a child of fork() does those it inherits at once).
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;

@@ -13,16 +13,23 @@
 
 #include "libkvstore/format/layout.h"
 #include "libkvstore/format/reader_impl.h"
+#include "libkvstore/util/platform_config.h"
 
 namespace kvstore {
 namespace {
 
 // Read-only zeros backing every placeholder: one private anonymous mapping
 // whose pages cost nothing unless read (only the batch caches read theirs,
-// a few bytes of offsets).
+// a few bytes of offsets); MAP_NORESERVE, where the system has it, reserves
+// no swap for them.
 Result<std::shared_ptr<Storage>> ZeroStorage(uint64_t size) {
   size = std::max<uint64_t>(size, 1);
-  void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+#if KVSTORE_HAVE_MAP_NORESERVE
+  constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+#else
+  constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS;
+#endif
+  void* p = mmap(nullptr, size, PROT_READ, kFlags, -1, 0);
   if (p == MAP_FAILED) {
     return Status::ResourceExhausted("no address space for " + std::to_string(size) +
                                      " bytes of placeholder tensors to check the layers");

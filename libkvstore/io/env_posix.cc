@@ -17,6 +17,7 @@
 
 #include "kvstore/env.h"
 #include "libkvstore/io/posix_file.h"
+#include "libkvstore/util/posix_compat.h"
 #include "libkvstore/util/task_pool.h"
 
 namespace kvstore {
@@ -73,7 +74,7 @@ Status SyncPath(const std::string& dir) {
   if (fd.get() < 0) return PosixError("open directory", dir, errno);
   // EINVAL: the file system cannot sync directories; there is nothing more
   // to make durable through this descriptor.
-  if (RetryOnEintr([&] { return fsync(fd.get()); }) != 0 && errno != EINVAL) {
+  if (RetryOnEintr([&] { return SyncDirectory(fd.get()); }) != 0 && errno != EINVAL) {
     return PosixError("fsync directory", dir, errno);
   }
   return Status::OK();
@@ -136,11 +137,11 @@ void CloseInBackground(int fd) {
 }
 
 // Removes the name `path`; the file behind it, when this was its last name,
-// is torn down in the background (CloseInBackground). An O_PATH descriptor
-// keeps the inode alive without opening the file for I/O (no FIFO or device
-// semantics, no read permission needed).
+// is torn down in the background (CloseInBackground), through a descriptor
+// that keeps the inode alive (OpenToHoldFile); a file it cannot hold is torn
+// down by the unlink itself.
 int UnlinkDeferringTeardown(const std::string& path) {
-  const int fd = open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = OpenToHoldFile(path.c_str());
   const int result = unlink(path.c_str());
   const int err = errno;
   if (fd >= 0) CloseInBackground(fd);
@@ -155,8 +156,7 @@ int UnlinkDeferringTeardown(const std::string& path) {
 // file.
 Status PutBack(const std::string& from, const std::string& to, mode_t mode) {
   Status refused = NotRegularFile(to, mode, "replace it");
-  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0 ||
-      rename(from.c_str(), to.c_str()) == 0) {
+  if (ExchangePaths(from.c_str(), to.c_str()) == 0 || rename(from.c_str(), to.c_str()) == 0) {
     return refused;
   }
   const int err = errno;
@@ -172,11 +172,12 @@ Status PutBack(const std::string& from, const std::string& to, mode_t mode) {
 //   512 MiB on the caller's thread, for writes that chose not to sync);
 // - the old file's teardown happens in the background.
 // Returns nullopt, having changed nothing, when the exchange is not possible
-// (nothing at `to`, or a file system without RENAME_EXCHANGE): the caller
+// (nothing at `to`, a file system without RENAME_EXCHANGE, or a system
+// without renameat2: kCanExchangePaths): the caller
 // renames. A crash between exchange and unlink leaves the old bytes under
 // the temp file's name, which the next write of `to` removes.
 std::optional<Status> ReplaceByExchange(const std::string& from, const std::string& to) {
-  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) return std::nullopt;
+  if (ExchangePaths(from.c_str(), to.c_str()) != 0) return std::nullopt;
   struct stat old, now;
   if (lstat(from.c_str(), &old) != 0) return Status::OK();  // already gone: nothing to remove
   // Two names of one file (one path spelled twice, or two hard links): the
@@ -228,6 +229,10 @@ class PosixEnv final : public Env {
 
   Status RenameFile(const std::string& from, const std::string& to) override {
     if (std::optional<Status> exchanged = ReplaceByExchange(from, to)) return *exchanged;
+    // No exchange (no renameat2, or a file system without it): what is not
+    // a regular file is refused before the rename rather than after.
+    struct stat st;
+    if (lstat(to.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return NotRegularFile(to, st.st_mode, "replace it");
     if (rename(from.c_str(), to.c_str()) != 0) {
       return PosixError("rename '" + from + "' to", to, errno);
     }
@@ -252,12 +257,7 @@ class PosixEnv final : public Env {
     if (stat(path.c_str(), &st) != 0) return PosixError("stat", path, errno);
     FileStat out;
     out.size = static_cast<uint64_t>(st.st_size);
-#if defined(__APPLE__)
-    const struct timespec& mtime = st.st_mtimespec;
-#else
-    const struct timespec& mtime = st.st_mtim;
-#endif
-    out.mtime_ns = static_cast<int64_t>(mtime.tv_sec) * 1000000000 + mtime.tv_nsec;
+    out.mtime_ns = MtimeNs(st);
     out.is_directory = S_ISDIR(st.st_mode);
     out.is_regular = S_ISREG(st.st_mode);
     return out;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "libkvstore/io/memory_file.h"
+#include "libkvstore/util/posix_compat.h"
 
 namespace kvstore {
 
@@ -56,7 +57,7 @@ class PosixMappedFile final : public ReadableFile {
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const uint64_t start = offset / page * page;
     char* p = static_cast<char*>(base_) + start;
-#ifdef MADV_POPULATE_READ
+#if KVSTORE_HAVE_MADV_POPULATE_READ
     if (madvise(p, length + (offset - start), MADV_POPULATE_READ) == 0) return;
 #endif
     (void)madvise(p, length + (offset - start), MADV_WILLNEED);
@@ -128,8 +129,8 @@ class PosixWritableFile final : public WritableFile {
   Status Sync() override {
     KV_RETURN_IF_ERROR(CheckUsable("sync"));
     KV_RETURN_IF_ERROR(Flush());
-    if (RetryOnEintr([&] { return fdatasync(fd_); }) != 0) {
-      return Fail(PosixError("fdatasync", path_, errno));
+    if (RetryOnEintr([&] { return SyncFileData(fd_); }) != 0) {
+      return Fail(PosixError(kSyncFileDataCall, path_, errno));
     }
     return Status::OK();
   }
@@ -196,13 +197,10 @@ class PosixWritableFile final : public WritableFile {
   // A file that will not be synced leaves writeback to the kernel: starting
   // it would only make the writes wait for the device.
   void StartWriteback() {
-#ifdef __linux__
     while (start_writeback_ && written_ - writeback_started_ >= kPosixWritebackChunk) {
-      (void)sync_file_range(fd_, static_cast<off_t>(writeback_started_),
-                            static_cast<off_t>(kPosixWritebackChunk), SYNC_FILE_RANGE_WRITE);
+      (void)BeginWriteback(fd_, writeback_started_, kPosixWritebackChunk);
       writeback_started_ += kPosixWritebackChunk;
     }
-#endif
   }
 
   // Drops the replaced file's clean cached pages in every full
@@ -240,7 +238,7 @@ class PosixWritableFile final : public WritableFile {
   int fd_;
   uint64_t size_ = 0;
   uint64_t written_ = 0;             // bytes handed to write(2)
-  uint64_t writeback_started_ = 0;   // prefix already given to sync_file_range
+  uint64_t writeback_started_ = 0;   // prefix already given to BeginWriteback
   bool start_writeback_ = true;      // false after WillNotSync
   int replaced_fd_ = -1;             // the file this one replaces (WillReplace), or -1
   uint64_t released_ = 0;            // its prefix whose cache was released
@@ -269,9 +267,7 @@ namespace {
 
 // True when two fstat results describe the same, unchanged file.
 bool SameFileState(const struct stat& a, const struct stat& b) {
-  return a.st_ino == b.st_ino && a.st_dev == b.st_dev && a.st_size == b.st_size &&
-         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
-         a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev && a.st_size == b.st_size && SameFileTimes(a, b);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "libkvstore/remote/redis_large_bulk.h"
+#include "libkvstore/util/posix_compat.h"
 
 namespace kvstore {
 namespace {
@@ -226,6 +227,11 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Connect(const std::str
     std::string why = std::strerror(errno);
     redisFree(c);
     return Status::IOError("redis " + node + ": fcntl: " + why);
+  }
+  if (SuppressSigpipe(c->fd) != 0) {  // for the exchange's sends
+    std::string why = std::strerror(errno);
+    redisFree(c);
+    return Status::IOError("redis " + node + ": setsockopt SO_NOSIGPIPE: " + why);
   }
   return std::unique_ptr<RedisConnection>(new RedisConnection(c, std::move(node), max_reply_bytes));
 }

@@ -10,6 +10,8 @@
 #include <climits>
 #include <cstring>
 
+#include "libkvstore/util/posix_compat.h"
+
 namespace kvstore {
 namespace {
 
@@ -24,8 +26,8 @@ struct SendState {
   bool done() const { return piece == pieces.size(); }
 };
 
-// Sends what the socket takes now. MSG_NOSIGNAL: a closed peer is an error
-// for this call, not a SIGPIPE for the process.
+// Sends what the socket takes now. A closed peer is an error for this call,
+// not a SIGPIPE for the process (SendMsgNoSigpipe).
 Status SendSome(int fd, const std::string& node, SendState& s, RedisTraffic& traffic) {
   while (!s.done() && s.writable) {
     iovec iov[IOV_MAX];
@@ -37,8 +39,8 @@ Status SendSome(int fd, const std::string& node, SendState& s, RedisTraffic& tra
     }
     msghdr msg{};
     msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(n);
-    ssize_t sent = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    msg.msg_iovlen = static_cast<decltype(msg.msg_iovlen)>(n);  // size_t on Linux, int on macOS
+    ssize_t sent = SendMsgNoSigpipe(fd, &msg);
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {

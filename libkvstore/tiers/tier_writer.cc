@@ -1,7 +1,6 @@
 #include "libkvstore/tiers/tier_writer.h"
 
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,9 +9,15 @@
 #include <optional>
 #include <utility>
 
+#include "libkvstore/util/platform_config.h"
+#if KVSTORE_HAVE_THREAD_NICE
+#include <sys/syscall.h>
+#endif
+
 namespace kvstore {
 namespace {
 
+#if KVSTORE_HAVE_THREAD_NICE
 // Lowers the calling thread's CPU priority for its lifetime (Linux: nice
 // is per thread), so that a background write never takes a core from a
 // request thread. The thread is a worker of the library's shared pool, so
@@ -45,6 +50,14 @@ class BackgroundPriority {
   id_t tid_;
   std::optional<int> old_;
 };
+#else
+// Elsewhere nice is per process (POSIX): one pool worker cannot be lowered
+// alone, and the write runs at the worker's priority.
+class BackgroundPriority {
+ public:
+  BackgroundPriority() {}  // user-provided: `const BackgroundPriority p;` is well formed and used
+};
+#endif
 
 }  // namespace
 
