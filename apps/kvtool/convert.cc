@@ -135,7 +135,7 @@ int RunConvert(ConvertArgs a) {
   if (a.integrity && a.no_integrity) return Fail(kExitUsage, "--integrity and --no-integrity exclude each other");
   const std::optional<kvstore::PromptCacheLayout> to = kvstore::LayoutFromName(a.to);
   if (!a.to.empty() && a.to != "llama.cpp" && (!to || *to == kvstore::PromptCacheLayout::kMlxLmLegacy)) {
-    return Fail(kExitUsage, "--to must be mlx-lm, mlx-lm-0.31, mlx-swift-lm or llama.cpp");
+    return Fail(kExitUsage, "--to must be mlx-lm-0.32, mlx-lm-0.31, mlx-lm, mlx-swift-lm or llama.cpp");
   }
   std::optional<kvstore::ZstdCodec> asked_codec;
   if (!a.codec.empty()) {

@@ -59,8 +59,13 @@ enum class PromptCacheLayout {
   // or lengths. mlx-lm since the change refuses it loudly (except a 3-slot
   // ArraysCache, which it misreads). The default for saves.
   kMlxLm031,
+  // mlx-lm 0.32 and later (PR #1778): every class's state holds its raw
+  // buffers and its scalars (offsets, sizes, flags) as tensors; metadata
+  // [user, class names, scalar kinds] as "0.*", "1.*", "2.*" (docs/format.md
+  // §5.9). mlx-lm 0.31 and earlier cannot read it, nor 0.32 the others.
+  kMlxLm032,
 };
-// "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy", "mlx-lm-0.31".
+// "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy", "mlx-lm-0.31", "mlx-lm-0.32".
 std::string_view LayoutName(PromptCacheLayout layout);
 // The layout named `name` (LayoutName's inverse); nullopt for other names.
 std::optional<PromptCacheLayout> LayoutFromName(std::string_view name);
