@@ -156,7 +156,7 @@ void ExpectSameCaches(const LoadedPromptCache& loaded, const Json& sidecar) {
     SCOPED_TRACE("layer " + std::to_string(i));
     const Cache& c = *loaded.cache[i];
     const Json& want = layers.as_array()[i];
-    EXPECT_EQ(MetaToJson(c.meta_state()), *want.Find("meta_state"));
+    EXPECT_EQ(MetaToJson(c.meta_state()).Dump(), want.Find("meta_state")->Dump());
     ASSERT_OK_AND_ASSIGN(CacheState state, c.State());
     std::map<std::string, std::string> got;
     testing::StateDigests(state, "", got);

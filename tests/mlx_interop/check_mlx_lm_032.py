@@ -91,11 +91,15 @@ class ConvertError(Exception):
 
 
 def convert_and_load(module, path, out, *args):
-    """kvtool convert PATH -o OUT ARGS, then `module`'s own load_prompt_cache of OUT:
-    (caches, user metadata without kvstore's keys); ConvertError saying what failed."""
+    """kvtool convert PATH -o OUT ARGS, kvtool inspect OUT (kvstore reads what it wrote),
+    then `module`'s own load_prompt_cache of OUT: (caches, user metadata without
+    kvstore's keys); ConvertError saying what failed."""
     r = kvtool("convert", path, "-o", out, "-q", *args)
     if r.returncode != 0:
         raise ConvertError(f"exit {r.returncode}: {r.stderr.strip()}")
+    r = kvtool("inspect", out)
+    if r.returncode != 0:
+        raise ConvertError(f"kvtool inspect of the output: exit {r.returncode}: {r.stderr.strip()}")
     try:
         cache, metadata = module.load_prompt_cache(str(out), return_metadata=True)
     except Exception as e:  # noqa: BLE001 (whatever mlx-lm raises)
@@ -148,8 +152,11 @@ def main():
                     continue
                 problems = [] if user == side["user_metadata"] else [f"user metadata {user}"]
                 if module is old:
-                    view = ref.old_view(cache, old)
+                    view, misread = ref.forgive_old_rotated_misread(ref.old_view(cache, old), side["old_view"])
                     problems += [] if view == side["old_view"] else [f"old view {json.dumps(view)[:600]}"]
+                    if misread:
+                        print(f"NOTE {what}: the old mlx-lm loads rotated False as True (its meta_state "
+                              "setter takes bool() of the string), from any file")
                 else:
                     problems += ref.content_problems(cache, side["layers"], side["old_view"], old)
                     raw_same[not ref.content_problems(cache, side["layers"], side["old_view"], old, raw=True)] += 1
