@@ -70,8 +70,12 @@ Status ChunkedKVCache::SetMetaState(const MetaState& meta) {
   return Status::OK();
 }
 
+// A front-trimmed cache restored from an older file has offset = rows <
+// start_position (upstream's restore, docs/compat.md); 0.32 stores the
+// offset itself, so it gets the one the rows end at.
 Result<CacheState> ChunkedKVCache::FullState() const {
-  return CacheState({buffers_->FullKeys(), buffers_->FullValues(), CacheState::Int(offset_),
+  const int64_t offset = offset_ < start_position_ ? start_position_ + buffers_->rows() : offset_;
+  return CacheState({buffers_->FullKeys(), buffers_->FullValues(), CacheState::Int(offset),
                      chunk_size_ ? CacheState::Int(*chunk_size_) : CacheState::None(),
                      CacheState::Int(start_position_)});
 }
