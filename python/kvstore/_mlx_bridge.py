@@ -63,7 +63,8 @@ def full_state_protocol(module=None):
 
 
 def _to_tensors(state):
-    if state is None or isinstance(state, (int, float, str)):  # 0.32's scalars (bool is an int); the library checks them
+    # 0.32's scalars (a bool is an int), passed on for the library to check.
+    if state is None or isinstance(state, (int, float, str)):
         return state
     if isinstance(state, (list, tuple)):
         return [_to_tensors(s) for s in state]

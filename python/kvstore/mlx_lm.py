@@ -58,16 +58,16 @@ def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
     (plain or compressed).
 
     Returns a list of cache objects of the imported mlx-lm's classes, rebuilt through its
-    own ``from_state`` whichever mlx-lm layout the file has (so mlx-lm 0.32 gets the caches
-    of files saved under 0.31, which its own loader cannot read), and the user metadata dict when
-    ``return_metadata``. ``verify`` checks the file's digests before anything is returned,
+    own ``from_state`` whichever mlx-lm layout the file has (so mlx-lm 0.32 gets the
+    caches of files saved under 0.31, which its own loader cannot read), and the user
+    metadata dict when ``return_metadata``. ``verify`` checks the file's digests before anything is returned,
     with the algorithm the file declares (CorruptionError naming the tensor on a mismatch);
     a compressed file with digests is checked whatever ``verify`` says.
 
     Under mlx-lm up to 0.31, a plain file in its layout (without ArraysCache layers, whose
     layout depends on the mlx-lm version) has its header checked by kvstore in a mapping
-    and is then read by MLX's own loader by path, which fills MLX memory straight from the file
-    (no copy through kvstore can beat it); with ``verify`` the arrays MLX read are hashed
+    and is then read by MLX's own loader by path, which fills MLX memory straight from the
+    file (no copy through kvstore can beat it); with ``verify`` the arrays MLX read are hashed
     in MLX memory on all cores, so the bytes returned are exactly the bytes verified. What
     MLX read is served only when its header is the one kvstore checked: a file replaced or
     rewritten meanwhile is read again, and refused (CorruptionError) when it keeps changing.

@@ -82,7 +82,8 @@ def read_problems(path, side):
     r = kvtool("verify", path)
     want = f"{side['num_layers']} layers well formed"
     if r.returncode != 4 or want not in r.stdout:
-        problems.append(f"verify exit {r.returncode} (want 4), stdout {r.stdout.strip()!r} lacks {want!r}; {r.stderr.strip()}")
+        problems.append(f"verify exit {r.returncode} (want 4: no digests), stdout {r.stdout.strip()!r} "
+                        f"lacks {want!r}; {r.stderr.strip()}")
     return problems
 
 
@@ -130,7 +131,8 @@ def main():
     files_032 = sorted(FIXTURES_032.glob("*.safetensors"))
     files_old = sorted(FIXTURES_OLD.glob("*.safetensors"))
     files_release = sorted((FIXTURES_OLD / "mlx-lm-v0.31.3").glob("*.safetensors"))
-    for what, files, n in [("fixtures/mlx-lm-0.32", files_032, SHIPPED_032), ("fixtures/mlx-lm", files_old, SHIPPED_OLD),
+    for what, files, n in [("fixtures/mlx-lm-0.32", files_032, SHIPPED_032),
+                           ("fixtures/mlx-lm", files_old, SHIPPED_OLD),
                            ("fixtures/mlx-lm/mlx-lm-v0.31.3", files_release, SHIPPED_RELEASE)]:
         checks.check(f"{what} holds {len(files)} files", [] if len(files) >= n else [f"expected at least {n}"])
 
