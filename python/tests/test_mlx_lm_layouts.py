@@ -153,3 +153,24 @@ def test_a_032_object_with_an_impossible_state_is_an_invalid_argument(mlx_cache,
         with pytest.raises(kvstore.InvalidArgumentError):
             kv.save_prompt_cache(tmp_path / "bad", [c])
     assert not (tmp_path / "bad.safetensors").exists()
+
+
+def test_a_disk_tier_written_under_the_other_mlx_lm_serves_this_one(mlx_cache, mx, tmp_path):
+    # An mlx_lm.server upgraded to 0.32 (or back) keeps its store: same model fingerprint,
+    # the entries come back as the imported mlx-lm's caches.
+    other = old_cache_module() if MLX_LM_032 else cache_module_032()
+    model, tokens = ("models/demo", None, None), [1, 2, 3, 4, 5]
+
+    def make(module, n):
+        c = module.KVCache()
+        k = mx.arange(n * 4, dtype=mx.float16).reshape(1, 1, n, 4)
+        c.update_and_fetch(k, k + 1)
+        return [c]
+
+    with kv.TieredPromptCache(directory=tmp_path / "store") as cache:
+        cache.insert_cache(model, tokens, make(other, len(tokens)))
+    with kv.TieredPromptCache(directory=tmp_path / "store") as restarted:
+        restarted.register_model(model, make(mlx_cache, 1))
+        got, rest = restarted.fetch_nearest_cache(model, tokens + [9])
+    assert rest == [9] and type(got[0]) is mlx_cache.KVCache
+    assert old_view(got) == old_view(make(other, len(tokens)))
