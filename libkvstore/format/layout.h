@@ -214,6 +214,10 @@ Result<FlatLayer> FlattenLayerSwift(const Cache& cache, size_t index);
 // The flattening of `layout` (Swift, 0.32 or the older mlx-lm ones).
 Result<FlatLayer> FlattenLayer(const Cache& cache, size_t index, PromptCacheLayout layout);
 
+// Sets info.loads_in_mlx_lm_031/032 and info.mlx_lm_warnings for a parsed
+// file (mlx_lm_loaders.cc). REQUIRES: info's layers are described.
+void DescribeMlxLmLoaders(const ParsedFile& parsed, const SafetensorsHeader& header, PromptCacheInfo& info);
+
 // Checks a user-metadata key for `layout`: InvalidArgument when the key would
 // be misread by that layout's loader or is reserved.
 Status CheckUserKey(const std::string& key, PromptCacheLayout layout);

@@ -297,6 +297,7 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   if (!r->parsed.unsupported.ok()) info.unsupported = std::string(r->parsed.unsupported.message());
   for (size_t i = 0; i < r->parsed.layers.size(); ++i) info.layers.push_back(DescribeLayer(r->parsed.layers[i], i, r->header));
   info.header = r->header;
+  DescribeMlxLmLoaders(r->parsed, r->header, info);
   return std::unique_ptr<PromptCacheReader>(new PromptCacheReader(std::move(r)));
 }
 

@@ -14,6 +14,7 @@ constexpr char kFormatValue[] = "kvstore/1";
 // Bytes being hashed behind the writer at most (the arrays stay alive).
 constexpr uint64_t kMaxHashBacklog = uint64_t{256} << 20;
 constexpr uint64_t kProgressStep = uint64_t{4} << 20;
+constexpr size_t kSmallTensorBytes = 64;
 
 // The most recently flattened layer, so that consecutive tensors of one
 // layer cost one call of the source.
@@ -97,6 +98,11 @@ class Saver {
   LayerCursor cursor_;
   std::vector<TensorInfo> specs_;
   std::map<std::string, PlannedTensor> planned_;
+  // Tiny tensors (mlx-lm 0.32's scalars) kept from the plan: they come
+  // first in the data order (largest element size first, and the
+  // scalars are 4 or 8 bytes wide), and refetching a layer for them would
+  // build it once more.
+  std::map<std::string, Array> small_;
   Metadata metadata_;
   std::map<std::string, Digest> digests_;
   uint64_t total_bytes_ = 0, done_bytes_ = 0, reported_ = 0;
@@ -131,6 +137,7 @@ Status Saver::Plan(const Metadata& user_metadata) {
       const NamedArray& t = flat->tensors[k];
       specs_.push_back(TensorInfo{t.name, t.array.dtype(), t.array.shape(), 0, 0});
       planned_[t.name] = PlannedTensor{i, k};
+      if (t.array.nbytes() <= kSmallTensorBytes) small_[t.name] = t.array;
       total_bytes_ += t.array.nbytes();
     }
     metadata_.insert(metadata_.end(), flat->metadata.begin(), flat->metadata.end());
@@ -203,12 +210,17 @@ Status Saver::Write(WritableFile& out) {
   for (size_t id = 0; id < layout.tensors.size(); ++id) {
     const TensorInfo& info = layout.tensors[id];
     const PlannedTensor& p = planned_.at(info.name);
-    KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(p.layer));
-    if (p.slot >= flat->tensors.size() || flat->tensors[p.slot].name != info.name ||
-        flat->tensors[p.slot].array.dtype() != info.dtype || flat->tensors[p.slot].array.shape() != info.shape) {
-      return Status::Internal("layer " + std::to_string(p.layer) + " changed between the passes of a save");
+    const Array* small = nullptr;
+    if (auto it = small_.find(info.name); it != small_.end()) small = &it->second;
+    const FlatLayer* flat = nullptr;
+    if (small == nullptr) {
+      KV_ASSIGN_OR_RETURN(flat, cursor_.Get(p.layer));
+      if (p.slot >= flat->tensors.size() || flat->tensors[p.slot].name != info.name ||
+          flat->tensors[p.slot].array.dtype() != info.dtype || flat->tensors[p.slot].array.shape() != info.shape) {
+        return Status::Internal("layer " + std::to_string(p.layer) + " changed between the passes of a save");
+      }
     }
-    const Array& a = flat->tensors[p.slot].array;
+    const Array& a = small != nullptr ? *small : flat->tensors[p.slot].array;
     if (hooks_.expected_digest) expected[id] = hooks_.expected_digest(a);
     if (hasher) hasher->Submit(id, a);
     if (checker) checker->Submit(id, a);
