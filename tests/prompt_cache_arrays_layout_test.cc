@@ -55,7 +55,8 @@ TEST(ArraysLayoutTest, EachFixtureReportsTheMlxLmThatWroteIt) {
   EXPECT_EQ(LayoutOf(Fixture(std::string(kRelease) + "cachelist_kv_rotating.safetensors")), PromptCacheLayout::kMlxLm);
   EXPECT_EQ(LayoutFromName("mlx-lm-0.31"), PromptCacheLayout::kMlxLm031);
   EXPECT_EQ(LayoutFromName("mlx-lm"), PromptCacheLayout::kMlxLm);
-  EXPECT_EQ(LayoutFromName("mlx-lm-0.32"), std::nullopt);
+  EXPECT_EQ(LayoutFromName("mlx-lm-0.32"), PromptCacheLayout::kMlxLm032);
+  EXPECT_EQ(LayoutFromName("mlx-lm-0.33"), std::nullopt);
 }
 
 // Both versions' files load into the same cache (the slots the sidecars of

@@ -16,6 +16,7 @@
 #include "apps/kvtool/llama.h"
 #include "apps/kvtool/progress.h"
 #include "kvstore/cache_convert.h"
+#include "kvstore/prompt_cache_rewrite.h"
 
 namespace kvtool {
 namespace {
@@ -40,58 +41,37 @@ struct ConvertArgs {
   std::shared_ptr<LlamaConvertArgs> llama;
 };
 
-// The per-layer transform for --quantize / --dequantize / --dtype.
-struct LayerTransform {
-  int bits = 0, group = 64;
-  bool dequantize = false;
-  bool gpu = false;
-  std::optional<kvstore::DType> dtype;
-
-  kvstore::Result<std::shared_ptr<kvstore::Cache>> operator()(std::shared_ptr<kvstore::Cache> layer) const {
-    if (dequantize) {
-      KV_ASSIGN_OR_RETURN(layer, kvstore::DequantizeLayer(layer));
-    }
-    if (dtype) {
-      KV_ASSIGN_OR_RETURN(layer, kvstore::CastLayer(layer, *dtype));
-    }
-    if (bits != 0) {
-      KV_ASSIGN_OR_RETURN(layer, kvstore::QuantizeLayer(layer, group, bits,
-                                                        gpu ? kvstore::QuantizeOptions::Rounding::kGpu
-                                                            : kvstore::QuantizeOptions::Rounding::kCpu));
-    }
-    return layer;
-  }
-};
-
-// Parses the conversion flags; an error message for a usage error.
-std::optional<std::string> ParseTransform(const ConvertArgs& a, LayerTransform& t) {
+// Parses the conversion flags into `o`; an error message for a usage error.
+std::optional<std::string> ParseTransform(const ConvertArgs& a, kvstore::RewriteOptions& o) {
   if (!a.dtype.empty()) {
-    t.dtype = kvstore::ParseDTypeAlias(a.dtype);
-    if (!t.dtype || !kvstore::IsCastLayerDType(*t.dtype)) return "--dtype must be f16, bf16 or f32";
+    o.dtype = kvstore::ParseDTypeAlias(a.dtype);
+    if (!o.dtype || !kvstore::IsCastLayerDType(*o.dtype)) return "--dtype must be f16, bf16 or f32";
   }
   if (!a.quantize.empty()) {
-    if (std::sscanf(a.quantize.c_str(), "%d:%d", &t.bits, &t.group) < 1 ||
-        !kvstore::IsSupportedQuantization(t.bits, t.group)) {
+    if (std::sscanf(a.quantize.c_str(), "%d:%d", &o.quantize_bits, &o.quantize_group) < 1 ||
+        !kvstore::IsSupportedQuantization(o.quantize_bits, o.quantize_group)) {
       return "--quantize takes BITS[:GROUP] with bits 2,3,4,5,6,8 and group 32,64,128";
     }
   }
   if (a.dequantize && !a.quantize.empty()) return "--quantize and --dequantize exclude each other";
-  t.dequantize = a.dequantize;
-  t.gpu = a.gpu_rounding;
+  o.dequantize = a.dequantize;
+  if (a.gpu_rounding) o.rounding = kvstore::QuantizeOptions::Rounding::kGpu;
   return std::nullopt;
 }
 
 // The flags a llama.cpp conversion uses (apps/kvtool/convert_llama.cc).
 LlamaConvertRequest LlamaRequest(const ConvertArgs& a, std::optional<kvstore::ZstdCodec> codec,
-                                 const LayerTransform& t, bool transforms) {
+                                 const kvstore::RewriteOptions& t) {
   LlamaConvertRequest r;
   r.in = a.in;
   r.out = a.out;
   r.to = a.to;
   r.dtype = t.dtype;
-  r.quantize_bits = t.bits;
+  r.quantize_bits = t.quantize_bits;
   r.dequantize = t.dequantize;
-  if (transforms) r.transform = [t](std::shared_ptr<kvstore::Cache> layer) { return t(std::move(layer)); };
+  if (kvstore::ConvertsLayers(t)) {
+    r.transform = [t](std::shared_ptr<kvstore::Cache> layer) { return kvstore::ConvertLayer(t, std::move(layer)); };
+  }
   r.container_flags = a.compress_flag || a.decompress || !a.codec.empty();
   r.codec = codec.value_or(kvstore::ZstdCodec::kZstd);
   if (a.compress_flag || codec) r.compression_level = a.compress.value_or(kvstore::DefaultZstdLevel(r.codec));
@@ -135,7 +115,7 @@ int RunConvert(ConvertArgs a) {
   if (a.integrity && a.no_integrity) return Fail(kExitUsage, "--integrity and --no-integrity exclude each other");
   const std::optional<kvstore::PromptCacheLayout> to = kvstore::LayoutFromName(a.to);
   if (!a.to.empty() && a.to != "llama.cpp" && (!to || *to == kvstore::PromptCacheLayout::kMlxLmLegacy)) {
-    return Fail(kExitUsage, "--to must be mlx-lm, mlx-lm-0.31, mlx-swift-lm or llama.cpp");
+    return Fail(kExitUsage, "--to must be mlx-lm-0.32, mlx-lm-0.31, mlx-lm, mlx-swift-lm or llama.cpp");
   }
   std::optional<kvstore::ZstdCodec> asked_codec;
   if (!a.codec.empty()) {
@@ -143,57 +123,37 @@ int RunConvert(ConvertArgs a) {
     if (!asked_codec) return Fail(kExitUsage, "--codec must be zstd or byteplane");
   }
   if (!a.codec.empty() && a.decompress) return Fail(kExitUsage, "--codec applies to compressed output");
-  LayerTransform transform;
-  if (std::optional<std::string> bad = ParseTransform(a, transform)) return Fail(kExitUsage, *bad);
-  const bool transforms = transform.bits != 0 || transform.dequantize || transform.dtype.has_value();
-  if (std::optional<int> code = MaybeRunLlamaConvert(LlamaRequest(a, asked_codec, transform, transforms), *a.llama)) {
+  kvstore::RewriteOptions o;
+  if (std::optional<std::string> bad = ParseTransform(a, o)) return Fail(kExitUsage, *bad);
+  if (std::optional<int> code = MaybeRunLlamaConvert(LlamaRequest(a, asked_codec, o), *a.llama)) {
     return *code;
   }
-
-  auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.in);
-  if (!info.ok()) return Fail(info.status());
-  // Output layout and container: as asked, else the input's.
-  const kvstore::SavePromptCacheOptions same = kvstore::SameFormatAs(*info);
-  const kvstore::ZstdCodec codec = asked_codec.value_or(same.codec);
-  std::optional<int> level = a.decompress ? std::nullopt : same.compression_level;
-  if (a.compress_flag || asked_codec) level = a.compress.value_or(kvstore::DefaultZstdLevel(codec));
-  const kvstore::PromptCacheLayout layout = to.value_or(same.layout);
-  const bool rewrite = transforms || a.integrity || (a.no_integrity && info->has_digests) ||
-                       layout != info->layout;
-  if (!a.quiet && !a.quantize.empty()) {
-    std::fprintf(stderr, "kvtool: note: quantizing to %d bits loses precision\n", transform.bits);
+  // Everything unset is as the input (the library decides).
+  if (to) o.layout = *to;
+  if (a.integrity) o.integrity = true;
+  if (a.no_integrity) o.integrity = false;
+  o.digest = a.digest;
+  if (a.decompress) o.compress = false;
+  if (a.compress_flag) o.compress = true;
+  o.level = a.compress;
+  o.codec = asked_codec;
+  o.threads = a.threads;
+  if (!a.quiet && o.quantize_bits != 0) {
+    std::fprintf(stderr, "kvtool: note: quantizing to %d bits loses precision\n", o.quantize_bits);
   }
-  if (!a.quiet && transform.dtype && *transform.dtype != kvstore::DType::kF32) {
+  if (!a.quiet && o.dtype && *o.dtype != kvstore::DType::kF32) {
     std::fprintf(stderr, "kvtool: note: converting to %s may round values\n", a.dtype.c_str());
   }
   ProgressBar bar("convert", a.quiet);
-  kvstore::Status s;
-  if (!rewrite) {
-    kvstore::TranscodeOptions t;
-    t.compression_level = level;
-    t.codec = codec;
-    t.threads = a.threads;
-    t.progress = bar.Callback();
-    s = kvstore::TranscodePromptCacheFile(kvstore::Env::Default(), a.in, a.out, t);
-  } else {
-    kvstore::ConvertOptions c;
-    c.output.layout = layout;
-    c.output.integrity = !a.no_integrity;
-    c.output.digest = a.digest.value_or(same.digest);
-    c.output.compression_level = level;
-    c.output.codec = codec;
-    c.output.progress = bar.Callback();
-    c.threads = a.threads;
-    if (transforms) c.transform = [&](size_t, std::shared_ptr<kvstore::Cache> layer) { return transform(layer); };
-    s = kvstore::ConvertPromptCacheFile(kvstore::Env::Default(), a.in, a.out, c);
-  }
+  o.progress = bar.Callback();
+  auto result = kvstore::RewritePromptCacheFile(kvstore::Env::Default(), a.in, a.out, o);
   bar.Done();
-  if (!s.ok()) return Fail(s);
+  if (!result.ok()) return Fail(result.status());
   if (!a.quiet) {
     auto out = kvstore::Env::Default()->GetFileSize(a.out);
     std::fprintf(stderr, "kvtool: wrote %s (%s, %s%s)\n", a.out.c_str(), out.ok() ? HumanBytes(*out).c_str() : "?",
-                 std::string(kvstore::LayoutName(layout)).c_str(),
-                 level ? (", " + std::string(kvstore::ZstdCodecName(codec))).c_str() : "");
+                 std::string(kvstore::LayoutName(result->layout)).c_str(),
+                 result->codec ? (", " + std::string(kvstore::ZstdCodecName(*result->codec))).c_str() : "");
   }
   return kExitOk;
 }
@@ -224,8 +184,8 @@ Runner RegisterConvert(CLI::App& app) {
       ->option_text("[=sha256|xxh3]");
   cmd->add_flag("--no-integrity", args->no_integrity, "re-write without digests");
   cmd->add_option("--to", args->to,
-                  "layout: mlx-lm (current), mlx-lm-0.31 (the release's ArraysCache layout), mlx-swift-lm "
-                  "or llama.cpp (default: the input's; mlx-lm for llama.cpp input)")
+                  "layout: mlx-lm-0.32 (mlx-lm >= 0.32), mlx-lm-0.31 (<= 0.31), mlx-lm (between the two: "
+                  "ArraysCache padding), mlx-swift-lm or llama.cpp (default: the input's; mlx-lm for llama.cpp input)")
       ->check(NonEmpty());
   cmd->add_option("--quantize", args->quantize, "KVCache layers -> QuantizedKVCache, BITS[:GROUP] (mlx-lm to_quantized)")
       ->check(NonEmpty());

@@ -108,6 +108,8 @@ void PrintTable(const std::string& path, const PromptCacheInfo& info, std::optio
               info.layers.size(), tokens >= 0 ? std::to_string(tokens).c_str() : "?",
               HumanBytes(info.tensor_bytes).c_str(), HumanBytes(info.file_bytes).c_str(), ratio.c_str(),
               integrity.c_str());
+  std::printf("mlx-lm: loads in %s\n", info.mlx_lm_versions().c_str());
+  for (const std::string& w : info.mlx_lm_warnings) std::printf("warning: %s\n", w.c_str());
   const int width = TensorsWidth(info.layers, "");
   std::printf("%-5s %-22s %8s  %-*s %10s  %s\n", "layer", "class", "offset", width, "tensors", "bytes", "meta_state");
   for (const LayerInfo& l : info.layers) PrintLayer(l, "", width, tensors);

@@ -1,11 +1,13 @@
 // kvtool trim FILE -n N -o OUT: drops the last N tokens of every layer, as
 // mlx-lm's trim_prompt_cache does (all layers must be trimmable); --keep N
-// keeps the first N instead. The output keeps the input's layout and
-// container and gets fresh digests.
+// keeps the first N instead. The output keeps the input's layout (unless
+// --to names another) and container and gets fresh digests
+// (RewritePromptCacheFile).
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
 #include "apps/kvtool/progress.h"
+#include "kvstore/prompt_cache_rewrite.h"
 
 namespace kvtool {
 namespace {
@@ -13,6 +15,7 @@ namespace {
 struct TrimArgs {
   std::string in, out;
   std::optional<int64_t> n, keep;
+  std::string to;  // a layout name; empty: the input's
   bool quiet = false;
   int threads = 0;
 };
@@ -20,22 +23,24 @@ struct TrimArgs {
 int RunTrim(const TrimArgs& a) {
   if (a.n.has_value() == a.keep.has_value()) return Fail(kExitUsage, "give exactly one of -n and --keep");
   if ((a.n && *a.n < 0) || (a.keep && *a.keep < 0)) return Fail(kExitUsage, "token counts must be >= 0");
-  auto info = kvstore::ReadPromptCacheInfo(kvstore::Env::Default(), a.in);
-  if (!info.ok()) return Fail(info.status());
-  int64_t n = a.n.value_or(0);
-  if (a.keep) {
-    n = std::max<int64_t>(0, info->tokens().value_or(0) - *a.keep);
+  kvstore::RewriteOptions o;  // everything else as the input
+  if (!a.to.empty()) {
+    o.layout = kvstore::LayoutFromName(a.to);
+    if (!o.layout || *o.layout == kvstore::PromptCacheLayout::kMlxLmLegacy) {
+      return Fail(kExitUsage, "--to must be mlx-lm-0.32, mlx-lm-0.31, mlx-lm or mlx-swift-lm");
+    }
   }
-  kvstore::ConvertOptions c;
-  c.output = kvstore::SameFormatAs(*info);
-  c.threads = a.threads;
+  o.trim = a.n;
+  o.keep = a.keep;
+  o.threads = a.threads;
   ProgressBar bar("trim", a.quiet);
-  c.output.progress = bar.Callback();
-  auto trimmed = kvstore::TrimPromptCacheFile(kvstore::Env::Default(), a.in, a.out, n, c);
+  o.progress = bar.Callback();
+  auto result = kvstore::RewritePromptCacheFile(kvstore::Env::Default(), a.in, a.out, o);
   bar.Done();
-  if (!trimmed.ok()) return Fail(trimmed.status());
+  if (!result.ok()) return Fail(result.status());
+  const int64_t trimmed = result->trimmed.value_or(0);
   if (!a.quiet) {
-    std::fprintf(stderr, "kvtool: trimmed %lld tokens, wrote %s\n", static_cast<long long>(*trimmed), a.out.c_str());
+    std::fprintf(stderr, "kvtool: trimmed %lld tokens, wrote %s\n", static_cast<long long>(trimmed), a.out.c_str());
   }
   return kExitOk;
 }
@@ -52,6 +57,8 @@ Runner RegisterTrim(CLI::App& app) {
       ->required()
       ->check(NonEmpty())
       ->transform(UserPath());
+  cmd->add_option("--to", args->to, "layout: mlx-lm-0.32, mlx-lm-0.31, mlx-lm or mlx-swift-lm (default: the input's)")
+      ->check(NonEmpty());
   cmd->add_option("--threads", args->threads, "worker threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress or summary on stderr");
   return [args, cmd] { return *cmd ? RunTrim(*args) : -1; };

@@ -1,7 +1,9 @@
 // kvtool verify FILE: checks the structure of every layer (from the header)
 // and every SHA-256 digest; exit 3 naming each impossible layer and each
 // tensor that differs, 4 when the file carries no digests (after the
-// structure has been reported) or has a layer kvstore cannot check.
+// structure has been reported) or has a layer kvstore cannot check. Warns
+// (stderr, exit unchanged) when an mlx-lm loader would load the file as []
+// or misread it.
 #include <cstdio>
 
 #include "apps/kvtool/kvtool.h"
@@ -46,6 +48,11 @@ int RunVerify(const VerifyArgs& a) {
   if (!reader.ok()) return Fail(reader.status());
   const kvstore::PromptCacheInfo& info = (*reader)->info();
   const Structure structure = CheckStructure(a.path, info);
+  if (!a.quiet) {
+    for (const std::string& w : info.mlx_lm_warnings) {
+      std::fprintf(stderr, "kvtool: warning: %s: %s\n", TerminalText(a.path).c_str(), w.c_str());
+    }
+  }
   if (!info.has_digests) {
     if (structure.broken > 0) return kExitCorruption;
     if (!a.quiet) {

@@ -44,6 +44,10 @@ class ArraysCache : public Cache {
   Status SetState(const CacheState& state) override;
   // Reads the pre-2026-08-22 flat slot list.
   Status SetLegacyState(const CacheState& flat_slots);
+  // mlx-lm 0.32: [[slots], left_padding, lengths] with None for an absent
+  // padding (instead of the empty placeholder).
+  Result<CacheState> FullState() const override;
+  Status SetFullState(const CacheState& state) override;
 
   bool Empty() const override;
   Result<int64_t> Nbytes() const override;

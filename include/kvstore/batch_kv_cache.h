@@ -23,6 +23,9 @@ class BatchKVCache : public Cache {
   Result<KeysValues> UpdateAndFetch(const Array& keys, const Array& values) override;
   Result<CacheState> State() const override;
   Status SetState(const CacheState& state) override;
+  // mlx-lm 0.32: [keys, values, offset, left_padding, _idx], whole buffers.
+  Result<CacheState> FullState() const override;
+  Status SetFullState(const CacheState& state) override;
 
   // Per-sequence offsets and left padding, I32 [B].
   Array offsets() const;

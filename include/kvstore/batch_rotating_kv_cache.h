@@ -30,6 +30,10 @@ class BatchRotatingKVCache : public Cache {
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
   Status CheckSavedState() const override;
+  // mlx-lm 0.32: [keys, values, offset, left_padding, max_size, _offset,
+  // _idx, rotated (a bool)], whole buffers.
+  Result<CacheState> FullState() const override;
+  Status SetFullState(const CacheState& state) override;
 
   Array offsets() const;
   Array left_padding() const;

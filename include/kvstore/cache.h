@@ -126,6 +126,20 @@ class Cache {
   // and the rule.
   virtual Status CheckSavedState() const { return Status::OK(); }
 
+  // ---- mlx-lm 0.32's state (docs/format.md §5.9) ----
+  // mlx-lm 0.32 dropped meta_state: its `state` holds the raw buffers (spare
+  // rows, and rows past offset after a trim, included; None buffers when
+  // empty) plus the scalars meta_state carried, in each class's own order,
+  // and `from_state(state)` takes it alone. E.g. KVCache [keys, values,
+  // offset], RotatingKVCache [keys, values, offset, keep, max_size, _idx],
+  // CacheList [[child state, "ChildClass"], ...]. The defaults are State()
+  // and SetState() (ConcatenateKVCache's state did not change). SetFullState
+  // is transactional and checks what SetState and SetMetaState check.
+  // Errors where mlx-lm 0.32 cannot save or load the state (an empty
+  // ConcatenateKVCache).
+  virtual Result<CacheState> FullState() const { return State(); }
+  virtual Status SetFullState(const CacheState& state) { return SetState(state); }
+
   // ---- Sizes ----
   // The scalar offset (tokens seen), or nullopt for classes without one
   // (ArraysCache, CacheList) or with a per-sequence offset (batch caches).
@@ -197,6 +211,11 @@ class KVBuffers;
 // One cache per model layer, as mlx-lm's prompt_cache list. Entries are
 // shared: a CacheList or an LRU entry may hold the same cache object.
 using PromptCache = std::vector<std::shared_ptr<Cache>>;
+
+// Builds a cache of class `class_name` from mlx-lm 0.32's state
+// (Cache::FullState), like 0.32's `Class.from_state(state)`. Errors as
+// CacheFromState's.
+Result<std::unique_ptr<Cache>> CacheFromFullState(std::string_view class_name, const CacheState& state);
 
 // Builds a cache of class `class_name` from a state and meta state, like
 // mlx-lm's `Class.from_state` (state first, then meta). Knows every class of

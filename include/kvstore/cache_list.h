@@ -31,6 +31,12 @@ class CacheList : public Cache {
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
   Status CheckSavedState() const override;
+  // mlx-lm 0.32: [[child state, child class name], ...], each child's
+  // FullState under the class name a file saves it as (CacheClassInfo).
+  Result<CacheState> FullState() const override;
+  // Rebuilds the children from their names, as 0.32's setter does.
+  Status SetFullState(const CacheState& state) override;
+  static Result<std::unique_ptr<CacheList>> FromFullState(const CacheState& state);
   // Builds the children from their class names (meta[0]) like mlx-lm's
   // CacheList.from_state. Nesting depth is capped.
   static Result<std::unique_ptr<CacheList>> FromState(const CacheState& state,

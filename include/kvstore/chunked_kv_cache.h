@@ -32,6 +32,10 @@ class ChunkedKVCache : public Cache {
   Status SetState(const CacheState& state) override;
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
+  // [keys, values, offset, chunk_size (None allowed), start_position]: the
+  // whole buffers; None, None when empty.
+  Result<CacheState> FullState() const override;
+  Status SetFullState(const CacheState& state) override;
 
   std::optional<int64_t> offset() const override { return offset_; }
   bool Empty() const override;

@@ -26,6 +26,9 @@ class KVCache : public Cache {
   Result<KeysValues> UpdateAndFetch(const Array& keys, const Array& values) override;
   Result<CacheState> State() const override;          // error when empty
   Status SetState(const CacheState& state) override;  // [keys, values]; offset = keys.dim(2)
+  // [keys, values, offset]: the whole buffers; None, None when empty.
+  Result<CacheState> FullState() const override;
+  Status SetFullState(const CacheState& state) override;
 
   std::optional<int64_t> offset() const override { return offset_; }
   int64_t Size() const override { return offset_; }
@@ -66,6 +69,9 @@ class ConcatenateKVCache : public Cache {
   Result<KeysValues> UpdateAndFetch(const Array& keys, const Array& values) override;
   Result<CacheState> State() const override;
   Status SetState(const CacheState& state) override;
+  // As State(), except that an empty cache is refused: mlx-lm 0.32 would
+  // save None and then fail to load it.
+  Result<CacheState> FullState() const override;
 
   std::optional<int64_t> offset() const override { return offset_; }
   bool Empty() const override;

@@ -57,10 +57,16 @@ enum class PromptCacheLayout {
   // mlx-lm 0.31.x (the release `pip install mlx-lm` gives) and earlier:
   // ArraysCache state is the flat slot list, tensors "i.k"; no left_padding
   // or lengths. mlx-lm since the change refuses it loudly (except a 3-slot
-  // ArraysCache, which it misreads). The default for saves.
+  // ArraysCache, which it misreads). The default for saves (docs/compat.md
+  // says why).
   kMlxLm031,
+  // mlx-lm 0.32 and later (PR #1778): every class's state holds its raw
+  // buffers and its scalars (offsets, sizes, flags) as tensors; metadata
+  // [user, class names, scalar kinds] as "0.*", "1.*", "2.*" (docs/format.md
+  // §5.9). mlx-lm 0.31 and earlier cannot read it, nor 0.32 the others.
+  kMlxLm032,
 };
-// "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy", "mlx-lm-0.31".
+// "mlx-lm", "mlx-swift-lm", "mlx-lm-legacy", "mlx-lm-0.31", "mlx-lm-0.32".
 std::string_view LayoutName(PromptCacheLayout layout);
 // The layout named `name` (LayoutName's inverse); nullopt for other names.
 std::optional<PromptCacheLayout> LayoutFromName(std::string_view name);
@@ -84,8 +90,8 @@ bool IsKvstoreMetadataKey(std::string_view user_key);
 using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 struct SavePromptCacheOptions {
-  // The reader to write for: kMlxLm031 (default: what the released mlx-lm
-  // reads; docs/compat.md says why), kMlxLm or kMlxSwiftLm.
+  // The reader to write for: kMlxLm031 (default; docs/compat.md says why),
+  // kMlxLm032 (mlx-lm 0.32 and later), kMlxLm or kMlxSwiftLm.
   PromptCacheLayout layout = PromptCacheLayout::kMlxLm031;
   bool integrity = true;                 // write digests
   // Their algorithm: SHA-256 for files written for exchange; XXH3-128 (at
@@ -194,6 +200,15 @@ struct PromptCacheInfo {
   std::vector<LayerInfo> layers;
   std::string unsupported;  // why the file cannot be loaded; empty when it can
   SafetensorsHeader header;  // of the (decompressed) safetensors file
+  // Which mlx-lm releases load the file as it is (docs/compat.md): 0.31 and
+  // earlier (the layouts before 0.32 without ArraysCache padding), 0.32 and
+  // later (kMlxLm032). Both false for an invalid or unsupported file.
+  bool loads_in_mlx_lm_031 = false;
+  bool loads_in_mlx_lm_032 = false;
+  // What a loader of either mlx-lm layout would do wrong without an error
+  // (load [] or misread layers), one sentence each; empty when every loader
+  // that cannot read the file fails loudly.
+  std::vector<std::string> mlx_lm_warnings;
 
   // True when no layer has errors (an unsupported layer is well formed).
   bool valid() const;
@@ -202,6 +217,8 @@ struct PromptCacheInfo {
   std::optional<int64_t> tokens() const;
   // "safetensors", or "safetensors+<codec>" for a compressed file.
   std::string format() const;
+  // "<= 0.31", ">= 0.32", "any" or "neither" (loads_in_mlx_lm_031/032).
+  std::string mlx_lm_versions() const;
 };
 
 Result<PromptCacheInfo> ReadPromptCacheInfo(Env* env, const std::string& path,

@@ -40,6 +40,10 @@ class QuantizedKVCache : public Cache {
   Status SetState(const CacheState& state) override;
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
+  // [keys triple, values triple, offset, group_size, bits]: the whole
+  // buffers; None, None when empty.
+  Result<CacheState> FullState() const override;
+  Status SetFullState(const CacheState& state) override;
   Status CheckSavedState() const override;
 
   std::optional<int64_t> offset() const override { return offset_; }

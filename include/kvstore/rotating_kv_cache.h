@@ -29,6 +29,9 @@ class RotatingKVCache : public Cache {
   MetaState meta_state() const override;
   Status SetMetaState(const MetaState& meta) override;
   Status CheckSavedState() const override;
+  // [keys, values, offset, keep, max_size, _idx]: the whole buffers.
+  Result<CacheState> FullState() const override;
+  Status SetFullState(const CacheState& state) override;
 
   std::optional<int64_t> offset() const override { return offset_; }
   int64_t Size() const override;  // min(offset, max_size)

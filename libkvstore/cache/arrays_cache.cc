@@ -164,6 +164,18 @@ Status ArraysCache::SetLegacyState(const CacheState& flat_slots) {
   return Status::OK();
 }
 
+Result<CacheState> ArraysCache::FullState() const {
+  KV_ASSIGN_OR_RETURN(CacheState state, State());
+  return CacheState({state[0], left_padding_ ? CacheState(*left_padding_) : CacheState::None(),
+                     lengths_ ? CacheState(*lengths_) : CacheState::None()});
+}
+
+Status ArraysCache::SetFullState(const CacheState& state) {
+  if (!state.is_list() || state.size() != 3) return SetState(state);  // its error
+  return SetState(CacheState({state[0], state[1].is_none() ? CacheState(EmptyPlaceholder()) : state[1],
+                              state[2].is_none() ? CacheState(EmptyPlaceholder()) : state[2]}));
+}
+
 bool ArraysCache::Empty() const { return slots_.empty() || !slots_[0].has_value(); }
 
 Result<int64_t> ArraysCache::Nbytes() const {

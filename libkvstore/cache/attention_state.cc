@@ -83,4 +83,19 @@ std::optional<TokenRows> LeadingRows(const CacheState& state, int64_t first, int
   return TokenRows{first, count, {state[0].array().Slice(2, 0, count), state[1].array().Slice(2, 0, count)}};
 }
 
+Status CheckFullState(std::string_view cls, const CacheState& state,
+                      std::initializer_list<std::string_view> fields) {
+  if (state.is_list() && state.size() == fields.size()) return Status::OK();
+  std::string names;
+  for (std::string_view f : fields) names += (names.empty() ? "" : ", ") + std::string(f);
+  return Status::InvalidArgument(std::string(cls) + ": mlx-lm 0.32 state must be [" + names + "], got " +
+                                 (state.is_list() ? std::to_string(state.size()) + " entries" : state.DebugString()));
+}
+
+Result<int64_t> FullStateInt(std::string_view cls, std::string_view field, const CacheState& entry) {
+  if (entry.is_int()) return entry.int_value();
+  return Status::InvalidArgument(std::string(cls) + ": mlx-lm 0.32 state " + std::string(field) +
+                                 " must be an int, got " + entry.DebugString());
+}
+
 }  // namespace kvstore

@@ -35,6 +35,14 @@ Result<int64_t> ParseMetaInt(std::string_view cls, std::string_view field, const
 Result<std::vector<int64_t>> ParseMetaInts(std::string_view cls, const MetaState& meta,
                                            std::initializer_list<std::string_view> fields);
 
+// ---- mlx-lm 0.32's state (Cache::FullState) ----
+// `state` must be a list of exactly `fields.size()` entries, named in the
+// error ("KVCache: mlx-lm 0.32 state must be [keys, values, offset]").
+Status CheckFullState(std::string_view cls, const CacheState& state,
+                      std::initializer_list<std::string_view> fields);
+// The Python int `entry` (a bool is not accepted where an int belongs).
+Result<int64_t> FullStateInt(std::string_view cls, std::string_view field, const CacheState& entry);
+
 // NotSupported("<class> <why>: its shapes are unknown"), for DescribeSpec.
 Status UnknownShapes(const Cache& cache, const std::string& why);
 

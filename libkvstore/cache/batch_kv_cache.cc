@@ -56,6 +56,30 @@ Status BatchKVCache::SetState(const CacheState& state) {
   return Status::OK();
 }
 
+Result<CacheState> BatchKVCache::FullState() const {
+  CacheState::List s = MakeBatchFullState(*buffers_, offset_, left_padding_);
+  s.push_back(CacheState::Int(idx_));
+  return CacheState(std::move(s));
+}
+
+Status BatchKVCache::SetFullState(const CacheState& state) {
+  KV_RETURN_IF_ERROR(
+      CheckFullState(kBatchKVCacheName, state, {"keys", "values", "offset", "left_padding", "_idx"}));
+  KV_ASSIGN_OR_RETURN(BatchState st, ParseBatchFullState(kBatchKVCacheName, state));
+  KV_ASSIGN_OR_RETURN(int64_t idx, FullStateInt(kBatchKVCacheName, "_idx", state[4]));
+  const int64_t rows = st.keys.defined() ? st.keys.dim(2) : 0;
+  if (idx < 0 || idx > rows) {
+    return Status::InvalidArgument("BatchKVCache: _idx " + std::to_string(idx) + " outside the " +
+                                   std::to_string(rows) + " buffered rows");
+  }
+  buffers_->Reset(st.keys, st.values);
+  offset_ = std::move(st.offset);
+  left_padding_ = std::move(st.left_padding);
+  idx_ = idx;
+  right_padding_.reset();
+  return Status::OK();
+}
+
 Result<int64_t> BatchKVCache::Nbytes() const { return buffers_->nbytes(); }
 
 Result<int64_t> BatchKVCache::Trim(int64_t n) {

@@ -163,6 +163,37 @@ Status BatchRotatingKVCache::SetMetaState(const MetaState& meta) {
   return Status::OK();
 }
 
+Result<CacheState> BatchRotatingKVCache::FullState() const {
+  CacheState::List s = MakeBatchFullState(*buffers_, offset_, left_padding_);
+  for (int64_t v : {max_size_, seq_offset_, idx_}) s.push_back(CacheState::Int(v));
+  s.push_back(CacheState::Bool(rotated_));
+  return CacheState(std::move(s));
+}
+
+// The meta_state's checks, on a fresh cache.
+Status BatchRotatingKVCache::SetFullState(const CacheState& state) {
+  KV_RETURN_IF_ERROR(CheckFullState(kBatchRotatingName, state,
+                                    {"keys", "values", "offset", "left_padding", "max_size", "_offset", "_idx",
+                                     "rotated"}));
+  KV_ASSIGN_OR_RETURN(BatchState st, ParseBatchFullState(kBatchRotatingName, state));
+  std::vector<std::string> meta;
+  for (size_t i : {4, 5, 6}) {
+    static constexpr std::string_view kFields[] = {"", "", "", "", "max_size", "_offset", "_idx"};
+    KV_ASSIGN_OR_RETURN(int64_t v, FullStateInt(kBatchRotatingName, kFields[i], state[i]));
+    meta.push_back(std::to_string(v));
+  }
+  if (!state[7].is_bool()) return BadBatchRotating("mlx-lm 0.32 state rotated must be a bool, got " + state[7].DebugString());
+  meta.push_back(state[7].bool_value() ? "True" : "False");
+  BatchRotatingKVCache next(0, {});
+  next.buffers_->Reset(st.keys, st.values);
+  next.offset_ = std::move(st.offset);
+  next.left_padding_ = std::move(st.left_padding);
+  KV_RETURN_IF_ERROR(next.SetMetaState(MetaState::Strings(meta)));
+  next.rotated_ = state[7].bool_value();
+  *this = std::move(next);
+  return Status::OK();
+}
+
 // mlx-lm writes str(self.rotated), and rotated is only ever a bool.
 Status BatchRotatingKVCache::CheckSavedState() const {
   if (!odd_rotated_text_) return Status::OK();

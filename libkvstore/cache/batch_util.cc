@@ -99,6 +99,26 @@ Result<BatchState> ParseBatchState(std::string_view cls, const CacheState& state
   return out;
 }
 
+Result<BatchState> ParseBatchFullState(std::string_view cls, const CacheState& state) {
+  if (state[0].is_none() && state[1].is_none()) {
+    if (!state[2].is_array() || !state[3].is_array())
+      return BatchError(cls, "offset and left_padding must be arrays");
+    BatchState out;
+    KV_ASSIGN_OR_RETURN(out.offset, Int32Values(cls, "offset", state[2].array()));
+    KV_ASSIGN_OR_RETURN(out.left_padding, Int32Values(cls, "left_padding", state[3].array()));
+    if (out.offset.size() != out.left_padding.size()) {
+      return BatchError(cls, "offset and left_padding must have one length");
+    }
+    return out;
+  }
+  return ParseBatchState(cls, CacheState({state[0], state[1], state[2], state[3]}));
+}
+
+CacheState::List MakeBatchFullState(const KVBuffers& buffers, const std::vector<int32_t>& offset,
+                                    const std::vector<int32_t>& left_padding) {
+  return {buffers.FullKeys(), buffers.FullValues(), Array::FromInt32s(offset), Array::FromInt32s(left_padding)};
+}
+
 Result<CacheState> MakeBatchState(std::string_view cls, const KVBuffers& buffers, int64_t stop,
                                   const std::vector<int32_t>& offset,
                                   const std::vector<int32_t>& left_padding) {

@@ -53,6 +53,14 @@ struct BatchState {
 // Validates [keys, values, offset, left_padding]: offset and left_padding
 // are 1-D integer arrays of one length (not necessarily the batch size).
 Result<BatchState> ParseBatchState(std::string_view cls, const CacheState& state);
+// mlx-lm 0.32's state starts with [keys, values, offset, left_padding]: as
+// ParseBatchState, except that keys and values are the whole buffers and may
+// both be None (an empty cache; `keys`, `values` undefined). REQUIRES: at
+// least four entries.
+Result<BatchState> ParseBatchFullState(std::string_view cls, const CacheState& state);
+// [keys, values, offset, left_padding] of mlx-lm 0.32 (whole buffers).
+CacheState::List MakeBatchFullState(const KVBuffers& buffers, const std::vector<int32_t>& offset,
+                                    const std::vector<int32_t>& left_padding);
 // [keys[..., :stop, :], values[..., :stop, :], offset, left_padding].
 Result<CacheState> MakeBatchState(std::string_view cls, const KVBuffers& buffers, int64_t stop,
                                   const std::vector<int32_t>& offset,

@@ -76,6 +76,17 @@ Result<std::unique_ptr<Cache>> CacheFromRows(std::string_view class_name, const 
   return cache;
 }
 
+Result<std::unique_ptr<Cache>> CacheFromFullState(std::string_view class_name, const CacheState& state) {
+  if (class_name == "CacheList") {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<CacheList> list, CacheList::FromFullState(state));
+    return std::unique_ptr<Cache>(std::move(list));
+  }
+  std::unique_ptr<Cache> cache = NewDefault(class_name);
+  if (cache == nullptr) return Status::NotFound("unknown cache class \"" + std::string(class_name) + "\"");
+  KV_RETURN_IF_ERROR(cache->SetFullState(state));
+  return cache;
+}
+
 Result<std::unique_ptr<Cache>> CacheFromState(std::string_view class_name, const CacheState& state,
                                               const MetaState& meta) {
   if (class_name == "CacheList") {

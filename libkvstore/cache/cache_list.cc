@@ -142,6 +142,40 @@ Result<std::unique_ptr<CacheList>> CacheList::FromState(const CacheState& state,
   return std::make_unique<CacheList>(std::move(children));
 }
 
+Result<CacheState> CacheList::FullState() const {
+  CacheState::List out;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    Result<CacheState> s = children_[i]->FullState();
+    if (!s.ok()) return s.status().WithPrefix("CacheList child " + std::to_string(i));
+    const CacheClassInfo* info = FindCacheClass(children_[i]->class_name());
+    const std::string_view name = info != nullptr ? info->saved_as : children_[i]->class_name();
+    out.push_back(CacheState({std::move(s).value(), CacheState::String(std::string(name))}));
+  }
+  return CacheState(std::move(out));
+}
+
+Result<std::unique_ptr<CacheList>> CacheList::FromFullState(const CacheState& state) {
+  if (!state.is_list()) return BadCacheList("mlx-lm 0.32 state must be a list of [child state, class name]");
+  if (state.size() > kMaxChildren) return BadCacheList("too many children");
+  std::vector<std::shared_ptr<Cache>> children;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const CacheState& item = state[i];
+    if (!item.is_list() || item.size() != 2 || !item[1].is_string()) {
+      return BadCacheList("mlx-lm 0.32 child " + std::to_string(i) + " must be [state, class name]");
+    }
+    Result<std::unique_ptr<Cache>> child = CacheFromFullState(item[1].str(), item[0]);
+    if (!child.ok()) return child.status().WithPrefix("CacheList child " + std::to_string(i));
+    children.push_back(std::shared_ptr<Cache>(std::move(child).value()));
+  }
+  return std::make_unique<CacheList>(std::move(children));
+}
+
+Status CacheList::SetFullState(const CacheState& state) {
+  KV_ASSIGN_OR_RETURN(std::unique_ptr<CacheList> built, FromFullState(state));
+  children_ = std::move(built->children_);
+  return Status::OK();
+}
+
 int64_t CacheList::Size() const {
   int64_t m = 0;
   for (const auto& c : children_) m = std::max(m, c->Size());

@@ -10,6 +10,14 @@ size_t CacheState::nbytes() const {
   return total;
 }
 
+std::string CacheState::DebugString() const {
+  if (is_none()) return "None";
+  if (is_bool()) return bool_value() ? "True" : "False";
+  if (is_int()) return std::to_string(int_value());
+  if (is_string()) return "'" + str() + "'";
+  return is_array() ? "array" : "list";
+}
+
 MetaState MetaState::Strings(const std::vector<std::string>& items) {
   List list;
   list.reserve(items.size());

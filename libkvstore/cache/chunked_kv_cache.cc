@@ -70,6 +70,41 @@ Status ChunkedKVCache::SetMetaState(const MetaState& meta) {
   return Status::OK();
 }
 
+// A front-trimmed cache restored from an older file has offset = rows <
+// start_position (upstream's restore, docs/compat.md); 0.32 stores the
+// offset itself, so it gets the one the rows end at.
+Result<CacheState> ChunkedKVCache::FullState() const {
+  const int64_t offset = offset_ < start_position_ ? start_position_ + buffers_->rows() : offset_;
+  return CacheState({buffers_->FullKeys(), buffers_->FullValues(), CacheState::Int(offset),
+                     chunk_size_ ? CacheState::Int(*chunk_size_) : CacheState::None(),
+                     CacheState::Int(start_position_)});
+}
+
+// The buffer holds positions [start_position, offset) from its first row.
+Status ChunkedKVCache::SetFullState(const CacheState& state) {
+  KV_RETURN_IF_ERROR(
+      CheckFullState(kChunkedName, state, {"keys", "values", "offset", "chunk_size", "start_position"}));
+  KV_ASSIGN_OR_RETURN(int64_t offset, FullStateInt(kChunkedName, "offset", state[2]));
+  std::optional<int64_t> chunk;
+  if (!state[3].is_none()) {
+    KV_ASSIGN_OR_RETURN(chunk, FullStateInt(kChunkedName, "chunk_size", state[3]));
+  }
+  KV_ASSIGN_OR_RETURN(int64_t start, FullStateInt(kChunkedName, "start_position", state[4]));
+  auto next = std::make_shared<KVBuffers>();
+  KV_RETURN_IF_ERROR(next->RestoreFull(kChunkedName, state[0], state[1]));
+  if ((chunk && *chunk < 1) || start < 0 || offset < start || offset - start > next->rows()) {
+    return Status::InvalidArgument("ChunkedKVCache: mlx-lm 0.32 state needs chunk_size >= 1 or None and 0 <= "
+                                   "start_position <= offset <= start_position + buffered rows, got offset " +
+                                   std::to_string(offset) + ", start_position " + std::to_string(start) + ", " +
+                                   std::to_string(next->rows()) + " rows");
+  }
+  buffers_ = std::move(next);
+  offset_ = offset;
+  chunk_size_ = chunk;
+  start_position_ = start;
+  return Status::OK();
+}
+
 Result<int64_t> ChunkedKVCache::Nbytes() const { return buffers_->nbytes(); }
 
 Result<int64_t> ChunkedKVCache::Trim(int64_t n) {

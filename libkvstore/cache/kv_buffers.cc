@@ -108,6 +108,17 @@ Status KVBuffers::Restore(std::string_view cls, const CacheState& state) {
   return Status::OK();
 }
 
+CacheState KVBuffers::FullKeys() const { return empty() ? CacheState::None() : CacheState(keys_.Snapshot()); }
+CacheState KVBuffers::FullValues() const { return empty() ? CacheState::None() : CacheState(values_.Snapshot()); }
+
+Status KVBuffers::RestoreFull(std::string_view cls, const CacheState& keys, const CacheState& values) {
+  if (keys.is_none() && values.is_none()) {
+    Reset(Array(), Array());
+    return Status::OK();
+  }
+  return Restore(cls, CacheState({keys, values}));
+}
+
 void KVBuffers::Reset(Array keys, Array values) {
   keys_.Reset(std::move(keys));
   values_.Reset(std::move(values));

@@ -80,6 +80,13 @@ class KVBuffers {
   // Restores a [keys, values] state (CheckKeysValuesState); on error the
   // buffers are unchanged.
   Status Restore(std::string_view cls, const CacheState& state);
+
+  // mlx-lm 0.32's keys and values: snapshots of the whole buffers (spare
+  // rows included), or None and None when empty.
+  CacheState FullKeys() const;
+  CacheState FullValues() const;
+  // Restores that pair: two arrays (as Restore) or two Nones (empty).
+  Status RestoreFull(std::string_view cls, const CacheState& keys, const CacheState& values);
   // Replaces both buffers.
   void Reset(Array keys, Array values);
   // Replaces each buffer by f(buffer), e.g. a batch filter or roll.

@@ -40,6 +40,24 @@ Status KVCache::SetState(const CacheState& state) {
   return Status::OK();
 }
 
+Result<CacheState> KVCache::FullState() const {
+  return CacheState({buffers_->FullKeys(), buffers_->FullValues(), CacheState::Int(offset_)});
+}
+
+Status KVCache::SetFullState(const CacheState& state) {
+  KV_RETURN_IF_ERROR(CheckFullState(kName, state, {"keys", "values", "offset"}));
+  KV_ASSIGN_OR_RETURN(int64_t offset, FullStateInt(kName, "offset", state[2]));
+  auto next = std::make_shared<KVBuffers>();
+  KV_RETURN_IF_ERROR(next->RestoreFull(kName, state[0], state[1]));
+  if (offset < 0 || offset > next->rows()) {
+    return Status::InvalidArgument("KVCache: offset " + std::to_string(offset) + " outside the " +
+                                   std::to_string(next->rows()) + " buffered rows");
+  }
+  buffers_ = std::move(next);
+  offset_ = offset;
+  return Status::OK();
+}
+
 Result<int64_t> KVCache::Nbytes() const { return buffers_->nbytes(); }
 
 Result<int64_t> KVCache::Trim(int64_t n) {
@@ -92,6 +110,13 @@ Result<CacheState> ConcatenateKVCache::State() const {
   // Upstream returns (None, None) when empty (saving that then fails).
   if (buffers_->empty()) return CacheState({CacheState::None(), CacheState::None()});
   return buffers_->State(kConcatName, buffers_->rows());
+}
+
+Result<CacheState> ConcatenateKVCache::FullState() const {
+  if (buffers_->empty()) {
+    return Status::FailedPrecondition("ConcatenateKVCache: mlx-lm 0.32 cannot load an empty one (its state is None)");
+  }
+  return State();
 }
 
 Status ConcatenateKVCache::SetState(const CacheState& state) {

@@ -234,6 +234,34 @@ Status QuantizedKVCache::SetMetaState(const MetaState& meta) {
   return Status::OK();
 }
 
+Result<CacheState> QuantizedKVCache::FullState() const {
+  auto triple = [](const std::array<CowBuffer, 3>& t) {
+    return CacheState({t[0].Snapshot(), t[1].Snapshot(), t[2].Snapshot()});
+  };
+  return CacheState({buffers_ ? triple(buffers_->keys) : CacheState::None(),
+                     buffers_ ? triple(buffers_->values) : CacheState::None(), CacheState::Int(offset_),
+                     CacheState::Int(group_size_), CacheState::Int(bits_)});
+}
+
+// The state's and meta_state's checks, on a fresh cache.
+Status QuantizedKVCache::SetFullState(const CacheState& state) {
+  KV_RETURN_IF_ERROR(
+      CheckFullState(kQuantizedName, state, {"keys", "values", "offset", "group_size", "bits"}));
+  std::vector<std::string> meta;
+  for (size_t i : {2, 3, 4}) {
+    static constexpr std::string_view kFields[] = {"", "", "offset", "group_size", "bits"};
+    KV_ASSIGN_OR_RETURN(int64_t v, FullStateInt(kQuantizedName, kFields[i], state[i]));
+    meta.push_back(std::to_string(v));
+  }
+  QuantizedKVCache next(group_size_, bits_, rounding_);
+  if (!state[0].is_none() || !state[1].is_none()) {
+    KV_RETURN_IF_ERROR(next.SetState(CacheState({state[0], state[1]})));
+  }
+  KV_RETURN_IF_ERROR(next.SetMetaState(MetaState::Strings(meta)));
+  *this = std::move(next);
+  return Status::OK();
+}
+
 // mlx-lm's state is the buffers cut to offset rows, so a saved state holds
 // exactly offset tokens (a trim lowers both).
 Status QuantizedKVCache::CheckSavedState() const {

@@ -100,6 +100,28 @@ Status RotatingKVCache::SetMetaState(const MetaState& meta) {
   return Status::OK();
 }
 
+Result<CacheState> RotatingKVCache::FullState() const {
+  return CacheState({buffers_->FullKeys(), buffers_->FullValues(), CacheState::Int(offset_), CacheState::Int(keep_),
+                     CacheState::Int(max_size_), CacheState::Int(idx_)});
+}
+
+// The meta_state's checks, on a fresh cache: nothing changes on an error.
+Status RotatingKVCache::SetFullState(const CacheState& state) {
+  KV_RETURN_IF_ERROR(
+      CheckFullState(kRotatingName, state, {"keys", "values", "offset", "keep", "max_size", "_idx"}));
+  std::vector<std::string> meta;  // [keep, max_size, offset, _idx]
+  for (size_t i : {3, 4, 2, 5}) {
+    static constexpr std::string_view kFields[] = {"", "", "offset", "keep", "max_size", "_idx"};
+    KV_ASSIGN_OR_RETURN(int64_t v, FullStateInt(kRotatingName, kFields[i], state[i]));
+    meta.push_back(std::to_string(v));
+  }
+  RotatingKVCache next(0, 0);
+  KV_RETURN_IF_ERROR(next.buffers_->RestoreFull(kRotatingName, state[0], state[1]));
+  KV_RETURN_IF_ERROR(next.SetMetaState(MetaState::Strings(meta)));
+  *this = std::move(next);
+  return Status::OK();
+}
+
 // mlx-lm's state is the buffer cut to offset rows; its in-place path grows
 // the buffer to max_size before it wraps, and its concat path keeps at
 // least max_size - 1 rows once it drops one. So a saved window holding

@@ -19,8 +19,7 @@ namespace {
 std::set<size_t> CopiedTensors(const ReaderImpl& r, const Cache& layer, size_t index,
                                PromptCacheLayout layout) {
   std::set<size_t> copied;
-  Result<FlatLayer> flat = layout == PromptCacheLayout::kMlxSwiftLm ? FlattenLayerSwift(layer, index)
-                                                                    : FlattenLayerMlxLm(layer, index, layout);
+  Result<FlatLayer> flat = FlattenLayer(layer, index, layout);
   if (!flat.ok()) return copied;
   for (const NamedArray& t : flat->tensors) {
     if (std::optional<size_t> i = r.ViewedTensor(t.array)) copied.insert(*i);

@@ -1,6 +1,7 @@
 #include "libkvstore/format/digests.h"
 
 #include "kvstore/json.h"
+#include "libkvstore/format/layout.h"
 
 namespace kvstore {
 
@@ -8,7 +9,7 @@ std::string CanonicalHeader(const std::vector<TensorInfo>& tensors, const Metada
   Json root = Json::MakeObject();
   Json meta = Json::MakeObject();
   for (const auto& [k, v] : metadata) {
-    if (IsDigestMetaKey(k) || k == kHmacMetaKey) continue;
+    if (IsDigestMetaKey(k) || IsHmacMetaKey(k)) continue;
     meta.as_object().emplace_back(k, Json(v));
   }
   Json tensor_map = Json::MakeObject();
@@ -27,28 +28,47 @@ std::string CanonicalHeader(const std::vector<TensorInfo>& tensors, const Metada
   return root.Dump(sorted);
 }
 
-DigestKeys DigestKeysFor(DigestAlgorithm algorithm) {
-  if (algorithm == DigestAlgorithm::kSha256) return {kTensorDigestsMetaKey, kHeaderDigestMetaKey};
-  return {kAlgTensorDigestsMetaKey, kAlgHeaderDigestMetaKey};
+namespace {
+
+// "kvstore_..." of a key in either user namespace ("1." or 0.32's "0.").
+std::string_view UserKey(std::string_view key) {
+  return key.starts_with("0.") || key.starts_with("1.") ? key.substr(2) : std::string_view();
+}
+
+std::string_view Unprefixed(std::string_view key) { return key.substr(2); }
+
+}  // namespace
+
+DigestKeys DigestKeysFor(DigestAlgorithm algorithm, std::string_view user_prefix) {
+  const std::string p(user_prefix);
+  const bool sha = algorithm == DigestAlgorithm::kSha256;
+  return {p + std::string(Unprefixed(sha ? kTensorDigestsMetaKey : kAlgTensorDigestsMetaKey)),
+          p + std::string(Unprefixed(sha ? kHeaderDigestMetaKey : kAlgHeaderDigestMetaKey)),
+          p + std::string(Unprefixed(kDigestAlgorithmMetaKey)), p + std::string(Unprefixed(kHmacMetaKey))};
 }
 
 bool IsDigestMetaKey(std::string_view key) {
-  return key == kTensorDigestsMetaKey || key == kHeaderDigestMetaKey || key == kAlgTensorDigestsMetaKey ||
-         key == kAlgHeaderDigestMetaKey;
+  const std::string_view k = UserKey(key);
+  return k == Unprefixed(kTensorDigestsMetaKey) || k == Unprefixed(kHeaderDigestMetaKey) ||
+         k == Unprefixed(kAlgTensorDigestsMetaKey) || k == Unprefixed(kAlgHeaderDigestMetaKey);
 }
 
+bool IsHmacMetaKey(std::string_view key) { return UserKey(key) == Unprefixed(kHmacMetaKey); }
+
 Result<DigestAlgorithm> DeclaredDigestAlgorithm(const Metadata& metadata, DigestKeys* keys) {
+  const std::string_view prefix = UserPrefix(
+      IsMlxLm032Metadata(metadata) ? PromptCacheLayout::kMlxLm032 : PromptCacheLayout::kMlxLm);
   DigestAlgorithm algorithm = DigestAlgorithm::kSha256;
-  DigestKeys where = DigestKeysFor(algorithm);
+  DigestKeys where = DigestKeysFor(algorithm, prefix);
   for (const auto& [k, v] : metadata) {
-    if (k != kDigestAlgorithmMetaKey) continue;
+    if (k != where.algorithm) continue;
     std::optional<DigestAlgorithm> named = v == "xxh3" ? std::nullopt : DigestAlgorithmFromName(v);
     if (!named) {
       return Status::Corruption("integrity: unknown digest algorithm \"" + v +
                                 "\" (this build verifies sha256 and xxh3-128)");
     }
     algorithm = *named;
-    where = {kAlgTensorDigestsMetaKey, kAlgHeaderDigestMetaKey};
+    where = DigestKeysFor(algorithm, prefix);
   }
   if (keys != nullptr) *keys = where;
   return algorithm;

@@ -19,6 +19,8 @@
 
 namespace kvstore {
 
+// The keys below are those of files in mlx-lm's user namespace "1."; a file
+// in mlx-lm 0.32's layout keeps the same keys under "0." (DigestKeysFor).
 // SHA-256 files without an algorithm entry (every file before XXH3) keep
 // their digests under these keys.
 inline constexpr std::string_view kTensorDigestsMetaKey = "1.kvstore_sha256_tensors";
@@ -28,16 +30,23 @@ inline constexpr std::string_view kDigestAlgorithmMetaKey = "1.kvstore_digest_al
 inline constexpr std::string_view kAlgTensorDigestsMetaKey = "1.kvstore_digest_tensors";
 inline constexpr std::string_view kAlgHeaderDigestMetaKey = "1.kvstore_digest_header";
 
+// Where a file's digest entries are: full metadata keys.
 struct DigestKeys {
-  std::string_view tensors;
-  std::string_view header;
+  std::string tensors;
+  std::string header;
+  std::string algorithm;  // the algorithm entry
+  std::string hmac;       // the seal
 };
 // SHA-256 files are written as before (no algorithm entry, the sha256 keys);
-// other algorithms are named and use the generic keys.
-DigestKeys DigestKeysFor(DigestAlgorithm algorithm);
-bool IsDigestMetaKey(std::string_view key);  // any of the digest keys above, not the algorithm
+// other algorithms are named and use the generic keys. `user_prefix` is the
+// layout's user namespace ("1.", or "0." for mlx-lm 0.32).
+DigestKeys DigestKeysFor(DigestAlgorithm algorithm, std::string_view user_prefix = "1.");
+// Any of the digest keys above (in either user namespace), not the algorithm.
+bool IsDigestMetaKey(std::string_view key);
+bool IsHmacMetaKey(std::string_view key);
 // The algorithm the metadata declares: SHA-256 without an entry; Corruption
-// naming an unknown one. `keys` gets where its digests are stored.
+// naming an unknown one. `keys` gets where its digests are stored (in the
+// user namespace of the metadata's layout).
 Result<DigestAlgorithm> DeclaredDigestAlgorithm(const Metadata& metadata, DigestKeys* keys = nullptr);
 // Not covered by the header digest either: it seals the digests themselves.
 inline constexpr std::string_view kHmacMetaKey = "1.kvstore_hmac_sha256";

@@ -52,8 +52,9 @@ Result<std::unique_ptr<Cache>> BuildLayer(const ParsedLayer& layer, const Tensor
   // from_state accepts more than mlx-lm ever saves; a layer of an mlx-lm
   // file must be a state it can save (docs/format.md §5.8).
   KV_ASSIGN_OR_RETURN(std::unique_ptr<Cache> cache,
-                      layer.empty_state ? EmptyCache(layer)
-                                        : CacheFromState(layer.class_name, layer.state.Resolve(arrays), layer.meta));
+                      layer.full_state    ? CacheFromFullState(layer.class_name, layer.state.Resolve(arrays))
+                      : layer.empty_state ? EmptyCache(layer)
+                                          : CacheFromState(layer.class_name, layer.state.Resolve(arrays), layer.meta));
   if (layer.saved_by_mlx_lm) KV_RETURN_IF_ERROR(cache->CheckSavedState());
   return cache;
 }

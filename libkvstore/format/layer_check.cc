@@ -38,6 +38,14 @@ Result<std::shared_ptr<Storage>> ZeroStorage(uint64_t size) {
   return Storage::WrapReadOnly(static_cast<const std::byte*>(p), size, std::move(owner));
 }
 
+// The offsets of a layer built from its header (0.32 stores them as
+// scalars, so only the built cache knows them), children included.
+void NoteOffsets(ParsedLayer& layer, const Cache& cache) {
+  layer.built_offset = cache.offset();
+  const auto children = cache.children();
+  for (size_t c = 0; c < layer.children.size() && c < children.size(); ++c) NoteOffsets(layer.children[c], *children[c]);
+}
+
 }  // namespace
 
 Status FileError(const Status& build_error) {
@@ -59,7 +67,11 @@ Status CheckLayers(const SafetensorsHeader& header, std::vector<ParsedLayer>& la
       placeholders[t] = Array::FromStorage(header.tensors[t].dtype, header.tensors[t].shape, zeros, 0);
     }
     Result<std::unique_ptr<Cache>> built = BuildLayer(layer, placeholders);
-    if (!built.ok()) layer.problem = FileError(built.status());
+    if (!built.ok()) {
+      layer.problem = FileError(built.status());
+    } else if (layer.full_state) {
+      NoteOffsets(layer, **built);
+    }
   }
   return Status::OK();
 }

@@ -10,14 +10,14 @@
 namespace kvstore {
 
 TensorTree TensorTree::Tensor(size_t index) { return TensorTree{Kind::kTensor, index, Array(), {}}; }
-TensorTree TensorTree::Value(Array value) { return TensorTree{Kind::kValue, 0, std::move(value), {}}; }
-TensorTree TensorTree::None() { return TensorTree{Kind::kNone, 0, Array(), {}}; }
+TensorTree TensorTree::Value(CacheState value) { return TensorTree{Kind::kValue, 0, std::move(value), {}}; }
+TensorTree TensorTree::None() { return TensorTree{Kind::kNone, 0, CacheState(), {}}; }
 
 CacheState TensorTree::Resolve(const TensorArrays& arrays) const {
   switch (kind) {
     case Kind::kNone: return CacheState::None();
     case Kind::kTensor: return CacheState(arrays.at(tensor));
-    case Kind::kValue: return CacheState(value);
+    case Kind::kValue: return value;
     case Kind::kList: break;
   }
   CacheState::List list;
@@ -74,7 +74,8 @@ Status ParseLegacy(const SafetensorsHeader& h, ParsedFile& out) {
   return Status::OK();
 }
 
-// mlx's tree_unflatten of one layer's tensor names; gaps become empty lists.
+}  // namespace
+
 Result<TensorTree> TreeFromNames(const NameTree& node) {
   if (node.leaf >= 0) return TensorTree::Tensor(static_cast<size_t>(node.leaf));
   auto list = node.AsList();
@@ -95,6 +96,8 @@ void CollectTensors(const TensorTree& t, std::vector<size_t>& out) {
   if (t.kind == TensorTree::Kind::kTensor) out.push_back(t.tensor);
   for (const TensorTree& c : t.items) CollectTensors(c, out);
 }
+
+namespace {
 
 // CacheList children for inspection: meta = [[names], [metas]], state = [child states].
 void DescribeChildren(ParsedLayer& layer) {
@@ -219,10 +222,25 @@ Status SplitMetadata(const SafetensorsHeader& h, ParsedFile& out, MetaTrees& met
 
 }  // namespace
 
-Result<ParsedFile> ParseLayout(const SafetensorsHeader& h) {
+bool IsMlxLm032Metadata(const Metadata& metadata) {
+  for (const auto& [k, v] : metadata) {
+    if (k == "2.0") return v.empty();
+  }
+  return false;
+}
+
+std::string_view UserPrefix(PromptCacheLayout layout) {
+  return layout == PromptCacheLayout::kMlxLm032 ? "0." : "1.";
+}
+
+Result<ParsedFile> ParseLayout(const SafetensorsHeader& h, const TensorFetch& fetch) {
   ParsedFile out;
   for (const auto& [k, v] : h.metadata) {
     if (IsDigestMetaKey(k)) out.has_digests = true;
+  }
+  if (IsMlxLm032Metadata(h.metadata)) {
+    KV_RETURN_IF_ERROR(ParseMlxLm032(h, fetch, out));
+    return out;
   }
   if (IsLegacyFile(h)) {
     KV_RETURN_IF_ERROR(ParseLegacy(h, out));

@@ -10,6 +10,7 @@
 #define KVSTORE_LIBKVSTORE_FORMAT_LAYOUT_H_
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,17 +28,18 @@ namespace kvstore {
 // Arrays of some of a header's tensors, by tensor index.
 using TensorArrays = std::unordered_map<size_t, Array>;
 
-// A state tree whose leaves are header tensor indices (or small arrays
-// carried in the metadata, e.g. mlx-swift-lm's left padding).
+// A state tree whose leaves are header tensor indices, or values the file
+// carries otherwise: small arrays in the metadata (mlx-swift-lm's left
+// padding), mlx-lm 0.32's scalars and strings (read from their tensors).
 struct TensorTree {
   enum class Kind { kNone, kTensor, kValue, kList };
   Kind kind = Kind::kList;
   size_t tensor = 0;  // kTensor
-  Array value;        // kValue
+  CacheState value;   // kValue: an array or a scalar
   std::vector<TensorTree> items;  // kList
 
   static TensorTree Tensor(size_t index);
-  static TensorTree Value(Array value);
+  static TensorTree Value(CacheState value);
   static TensorTree None();
   // The CacheState with `arrays[i]` for tensor i.
   // REQUIRES: `arrays` holds every tensor of the tree.
@@ -63,6 +65,12 @@ struct ParsedLayer {
   // mlx-swift-lm's caches keep other invariants (e.g. a RotatingKVCache
   // trimmed after a wrap holds fewer rows than its offset).
   bool saved_by_mlx_lm = true;
+  // mlx-lm 0.32's layout: `state` is the class's whole state
+  // (CacheFromFullState); `meta` is unused.
+  bool full_state = false;
+  // Set by CheckLayers for a layer that builds: its offset after load
+  // (0.32 layers; the others use OffsetAfterLoad).
+  std::optional<int64_t> built_offset;
   // Set when the layer can be inspected but not loaded (a class only
   // mlx-swift-lm has).
   Status unsupported;
@@ -81,10 +89,32 @@ struct ParsedFile {
   Status unsupported;
 };
 
+// Reads tensors of the header by index: mlx-lm 0.32 stores scalars and
+// strings (offsets, CacheList children's class names) as tensors, which the
+// layout needs.
+using TensorFetch = std::function<Result<TensorArrays>(const std::vector<size_t>& indices)>;
+
 // Detects the layout and maps every layer. NotSupported names what was
 // found for layouts we recognise but cannot read (mlx-lm v2, other keys);
-// Corruption for inconsistent files, naming the layer and the rule.
-Result<ParsedFile> ParseLayout(const SafetensorsHeader& header);
+// Corruption for inconsistent files, naming the layer and the rule. `fetch`
+// reads the few small tensors of a 0.32 file's scalars.
+Result<ParsedFile> ParseLayout(const SafetensorsHeader& header, const TensorFetch& fetch);
+
+// The detection rule of mlx-lm 0.32's layout (docs/format.md §5.2): the
+// metadata holds "2.0" and it is empty (0.32's scalar list always starts
+// with ""; every older layout stores layer 0's class name there).
+bool IsMlxLm032Metadata(const Metadata& metadata);
+// Where a file's user metadata (and kvstore's keys) live: "0." in 0.32's
+// layout, "1." in every other.
+std::string_view UserPrefix(PromptCacheLayout layout);
+
+// ---- mlx-lm 0.32 (layout_032.cc) ----
+// Maps a file detected as mlx-lm 0.32 into `out`.
+Status ParseMlxLm032(const SafetensorsHeader& header, const TensorFetch& fetch, ParsedFile& out);
+// mlx's tree_unflatten of one layer's tensor names; gaps become empty lists.
+Result<TensorTree> TreeFromNames(const NameTree& node);
+// Every tensor index of `tree`, depth first.
+void CollectTensors(const TensorTree& tree, std::vector<size_t>& out);
 
 // Builds layer `layer` from its parsed description; `arrays` holds (at
 // least) this layer's tensors.
@@ -161,6 +191,9 @@ Status ParseSwiftLayers(const SafetensorsHeader& header, const MetaTrees& meta, 
 struct FlatLayer {
   std::vector<NamedArray> tensors;
   Metadata metadata;  // meta-state entries and the class-name entry
+  // mlx-lm 0.32: (tensor name, kind) of each scalar, string and None, in
+  // tree_flatten order; the writer numbers them "2.k" across layers.
+  std::vector<std::pair<std::string, std::string>> scalars;
 };
 
 // mlx-lm's save_prompt_cache flattening of layer `index` as the mlx-lm of
@@ -168,9 +201,22 @@ struct FlatLayer {
 // that mlx-lm cannot save (empty, a None slot), NotSupported for one that
 // layout cannot hold (ArraysCache padding in kMlxLm031).
 Result<FlatLayer> FlattenLayerMlxLm(const Cache& cache, size_t index, PromptCacheLayout layout);
+// mlx-lm 0.32's save_prompt_cache flattening of layer `index`: the class's
+// FullState, scalars as 0-d tensors (I32, I64 when it does not fit, BOOL),
+// strings as I32 code points, None as F32 [0]. InvalidArgument for a cache
+// 0.32 cannot save or would not load back (no tensor at all: its loader
+// would drop the layer).
+Result<FlatLayer> FlattenLayerMlxLm032(const Cache& cache, size_t index);
 // mlx-swift-lm's savePromptCache flattening of layer `index`. NotSupported
 // for classes mlx-swift-lm cannot load (the batch caches).
 Result<FlatLayer> FlattenLayerSwift(const Cache& cache, size_t index);
+
+// The flattening of `layout` (Swift, 0.32 or the older mlx-lm ones).
+Result<FlatLayer> FlattenLayer(const Cache& cache, size_t index, PromptCacheLayout layout);
+
+// Sets info.loads_in_mlx_lm_031/032 and info.mlx_lm_warnings for a parsed
+// file (mlx_lm_loaders.cc). REQUIRES: info's layers are described.
+void DescribeMlxLmLoaders(const ParsedFile& parsed, const SafetensorsHeader& header, PromptCacheInfo& info);
 
 // Checks a user-metadata key for `layout`: InvalidArgument when the key would
 // be misread by that layout's loader or is reserved.

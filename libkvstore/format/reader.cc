@@ -20,13 +20,14 @@ std::string_view LayoutName(PromptCacheLayout layout) {
     case PromptCacheLayout::kMlxSwiftLm: return "mlx-swift-lm";
     case PromptCacheLayout::kMlxLmLegacy: return "mlx-lm-legacy";
     case PromptCacheLayout::kMlxLm031: return "mlx-lm-0.31";
+    case PromptCacheLayout::kMlxLm032: return "mlx-lm-0.32";
   }
   return "unknown";
 }
 
 std::optional<PromptCacheLayout> LayoutFromName(std::string_view name) {
   for (PromptCacheLayout l : {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxSwiftLm, PromptCacheLayout::kMlxLmLegacy,
-                              PromptCacheLayout::kMlxLm031}) {
+                              PromptCacheLayout::kMlxLm031, PromptCacheLayout::kMlxLm032}) {
     if (LayoutName(l) == name) return l;
   }
   return std::nullopt;
@@ -76,7 +77,7 @@ LayerInfo DescribeLayer(const ParsedLayer& layer, size_t index, const Safetensor
   info.index = index;
   info.class_name = layer.stored_class;
   info.meta_state = layer.stored_meta;
-  info.offset = OffsetAfterLoad(layer, h);
+  info.offset = layer.full_state ? layer.built_offset : OffsetAfterLoad(layer, h);
   for (size_t t : layer.tensors) {
     const TensorInfo& ti = h.tensors[t];
     info.tensors.push_back(LayerTensor{ti.name, ti.dtype, ti.shape, ti.nbytes()});
@@ -278,7 +279,10 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   for (size_t i = 0; i < r->by_begin.size(); ++i) r->by_begin[i] = i;
   std::sort(r->by_begin.begin(), r->by_begin.end(),
             [&](size_t a, size_t b) { return r->header.tensors[a].begin < r->header.tensors[b].begin; });
-  Result<ParsedFile> parsed = ParseLayout(r->header);
+  // 0.32's scalars are tensors: read them (a few bytes) from the mapping or
+  // the frames holding them.
+  const TensorFetch fetch = [impl = r.get()](const std::vector<size_t>& indices) { return impl->Fetch(indices); };
+  Result<ParsedFile> parsed = ParseLayout(r->header, fetch);
   if (!parsed.ok()) return parsed.status().WithPrefix(path);
   r->parsed = std::move(parsed).value();
   KV_RETURN_IF_ERROR(CheckLayers(r->header, r->parsed.layers).WithPrefix(path));
@@ -293,6 +297,7 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
   if (!r->parsed.unsupported.ok()) info.unsupported = std::string(r->parsed.unsupported.message());
   for (size_t i = 0; i < r->parsed.layers.size(); ++i) info.layers.push_back(DescribeLayer(r->parsed.layers[i], i, r->header));
   info.header = r->header;
+  DescribeMlxLmLoaders(r->parsed, r->header, info);
   return std::unique_ptr<PromptCacheReader>(new PromptCacheReader(std::move(r)));
 }
 

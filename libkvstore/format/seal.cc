@@ -12,9 +12,9 @@ std::string SealDigests(std::string_view secret, std::string_view context, std::
 }
 
 Status CheckSeal(const SafetensorsHeader& header, std::string_view secret, std::string_view context) {
-  auto seal = header.FindMetadata(kHmacMetaKey);
   DigestKeys keys;
   KV_RETURN_IF_ERROR(DeclaredDigestAlgorithm(header.metadata, &keys).status());
+  auto seal = header.FindMetadata(keys.hmac);
   auto header_hex = header.FindMetadata(keys.header);
   auto tensors_json = header.FindMetadata(keys.tensors);
   if (!seal) return Status::Corruption("integrity: no HMAC seal (1.kvstore_hmac_sha256)");

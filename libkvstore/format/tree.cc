@@ -10,6 +10,10 @@ Status FlattenState(const CacheState& state, const std::string& prefix, std::vec
     out.push_back({prefix, state.array()});
     return Status::OK();
   }
+  if (state.is_scalar()) {
+    return Status::InvalidArgument("state entry " + prefix + " is the scalar " + state.DebugString() +
+                                   ", which only mlx-lm 0.32's layout stores");
+  }
   for (size_t i = 0; i < state.size(); ++i) {
     const std::string name = prefix.empty() ? std::to_string(i) : prefix + "." + std::to_string(i);
     KV_RETURN_IF_ERROR(FlattenState(state[i], name, out));

@@ -14,6 +14,7 @@ constexpr char kFormatValue[] = "kvstore/1";
 // Bytes being hashed behind the writer at most (the arrays stay alive).
 constexpr uint64_t kMaxHashBacklog = uint64_t{256} << 20;
 constexpr uint64_t kProgressStep = uint64_t{4} << 20;
+constexpr size_t kSmallTensorBytes = 64;
 
 // The most recently flattened layer, so that consecutive tensors of one
 // layer cost one call of the source.
@@ -27,9 +28,7 @@ class LayerCursor {
     Result<std::shared_ptr<const Cache>> cache = source_(index);
     if (!cache.ok()) return cache.status();
     if (*cache == nullptr) return Status::InvalidArgument("layer " + std::to_string(index) + " is null");
-    KV_ASSIGN_OR_RETURN(FlatLayer flat, layout_ == PromptCacheLayout::kMlxSwiftLm
-                                            ? FlattenLayerSwift(**cache, index)
-                                            : FlattenLayerMlxLm(**cache, index, layout_));
+    KV_ASSIGN_OR_RETURN(FlatLayer flat, FlattenLayer(**cache, index, layout_));
     flat_ = std::move(flat);
     index_ = index;
     return &*flat_;
@@ -99,6 +98,11 @@ class Saver {
   LayerCursor cursor_;
   std::vector<TensorInfo> specs_;
   std::map<std::string, PlannedTensor> planned_;
+  // Tiny tensors (mlx-lm 0.32's scalars) kept from the plan: they come
+  // first in the data order (largest element size first, and the
+  // scalars are 4 or 8 bytes wide), and refetching a layer for them would
+  // build it once more.
+  std::map<std::string, Array> small_;
   Metadata metadata_;
   std::map<std::string, Digest> digests_;
   uint64_t total_bytes_ = 0, done_bytes_ = 0, reported_ = 0;
@@ -112,31 +116,55 @@ void Saver::Progress(uint64_t bytes) {
   }
 }
 
+// Whether the loader of the other mlx-lm layout would load this file as []
+// without a word (docs/compat.md): mlx-lm 0.32 an older file of one layer
+// without user metadata, the older loaders a 0.32 file without user
+// metadata. A user-metadata entry makes them fail loudly instead.
+bool OtherLoaderWouldLoadEmpty(PromptCacheLayout layout, size_t num_layers, bool has_user_metadata) {
+  if (has_user_metadata) return false;
+  if (layout == PromptCacheLayout::kMlxLm032) return num_layers >= 1;
+  return (layout == PromptCacheLayout::kMlxLm || layout == PromptCacheLayout::kMlxLm031) && num_layers == 1;
+}
+
 Status Saver::Plan(const Metadata& user_metadata) {
+  const std::string prefix(UserPrefix(options_.layout));
+  const bool v032 = options_.layout == PromptCacheLayout::kMlxLm032;
+  if (v032) metadata_.emplace_back("2.0", "");  // the scalar list's first entry, always present
+  size_t scalars = 0;
   for (size_t i = 0; i < num_layers_; ++i) {
     KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(i));
     for (size_t k = 0; k < flat->tensors.size(); ++k) {
       const NamedArray& t = flat->tensors[k];
       specs_.push_back(TensorInfo{t.name, t.array.dtype(), t.array.shape(), 0, 0});
       planned_[t.name] = PlannedTensor{i, k};
+      if (t.array.nbytes() <= kSmallTensorBytes) small_[t.name] = t.array;
       total_bytes_ += t.array.nbytes();
     }
     metadata_.insert(metadata_.end(), flat->metadata.begin(), flat->metadata.end());
+    for (const auto& [name, kind] : flat->scalars) {
+      const std::string key = "2." + std::to_string(++scalars);
+      metadata_.emplace_back(key + ".0", name);
+      metadata_.emplace_back(key + ".1", kind);
+    }
   }
   for (const auto& [k, v] : user_metadata) {
     KV_RETURN_IF_ERROR(CheckUserKey(k, options_.layout));
-    metadata_.emplace_back("1." + k, v);
+    metadata_.emplace_back(prefix + k, v);
   }
-  if (!options_.integrity) return Status::OK();
-  metadata_.emplace_back("1." + std::string(kFormatKey), kFormatValue);
+  const bool guard = OtherLoaderWouldLoadEmpty(options_.layout, num_layers_, !user_metadata.empty());
+  if (!options_.integrity) {
+    if (guard) metadata_.emplace_back(prefix + std::string(kFormatKey), kFormatValue);
+    return Status::OK();
+  }
+  metadata_.emplace_back(prefix + std::string(kFormatKey), kFormatValue);
   const DigestAlgorithm algorithm = options_.digest;
+  const DigestKeys keys = DigestKeysFor(algorithm, prefix);
   if (algorithm != DigestAlgorithm::kSha256) {
-    metadata_.emplace_back(std::string(kDigestAlgorithmMetaKey), std::string(DigestAlgorithmName(algorithm)));
+    metadata_.emplace_back(keys.algorithm, std::string(DigestAlgorithmName(algorithm)));
   }
   const std::string canonical = CanonicalHeader(specs_, metadata_);
-  metadata_.emplace_back(std::string(DigestKeysFor(algorithm).header),
-                         ComputeDigest(algorithm, std::string_view(canonical)).ToHex());
-  if (hooks_.seal) metadata_.emplace_back(std::string(kHmacMetaKey), std::string(2 * Sha256Digest::kSize, '0'));
+  metadata_.emplace_back(keys.header, ComputeDigest(algorithm, std::string_view(canonical)).ToHex());
+  if (hooks_.seal) metadata_.emplace_back(keys.hmac, std::string(2 * Sha256Digest::kSize, '0'));
   // Placeholders of the final length; the header is rewritten at the end.
   for (const TensorInfo& t : specs_) digests_[t.name] = Digest(algorithm);
   return Status::OK();
@@ -145,7 +173,7 @@ Status Saver::Plan(const Metadata& user_metadata) {
 Result<SafetensorsLayout> Saver::Layout() const {
   Metadata metadata = metadata_;
   if (options_.integrity) {
-    metadata.emplace_back(std::string(DigestKeysFor(options_.digest).tensors), DigestsToJson(digests_));
+    metadata.emplace_back(DigestKeysFor(options_.digest, UserPrefix(options_.layout)).tensors, DigestsToJson(digests_));
   }
   SafetensorsWriteOptions write;
   write.alignment = options_.alignment;
@@ -154,12 +182,13 @@ Result<SafetensorsLayout> Saver::Layout() const {
 
 // Fills in the HMAC placeholder once the tensor digests are known.
 Status Saver::Seal() {
+  const DigestKeys keys = DigestKeysFor(options_.digest, UserPrefix(options_.layout));
   std::string header_hex;
   for (const auto& [k, v] : metadata_) {
-    if (k == DigestKeysFor(options_.digest).header) header_hex = v;
+    if (k == keys.header) header_hex = v;
   }
   for (auto& [k, v] : metadata_) {
-    if (k != kHmacMetaKey) continue;
+    if (k != keys.hmac) continue;
     std::string sealed = hooks_.seal(header_hex, DigestsToJson(digests_));
     if (sealed.size() != v.size()) return Status::Internal("the HMAC seal is not 64 hex digits");
     v = std::move(sealed);
@@ -181,12 +210,17 @@ Status Saver::Write(WritableFile& out) {
   for (size_t id = 0; id < layout.tensors.size(); ++id) {
     const TensorInfo& info = layout.tensors[id];
     const PlannedTensor& p = planned_.at(info.name);
-    KV_ASSIGN_OR_RETURN(const FlatLayer* flat, cursor_.Get(p.layer));
-    if (p.slot >= flat->tensors.size() || flat->tensors[p.slot].name != info.name ||
-        flat->tensors[p.slot].array.dtype() != info.dtype || flat->tensors[p.slot].array.shape() != info.shape) {
-      return Status::Internal("layer " + std::to_string(p.layer) + " changed between the passes of a save");
+    const Array* small = nullptr;
+    if (auto it = small_.find(info.name); it != small_.end()) small = &it->second;
+    const FlatLayer* flat = nullptr;
+    if (small == nullptr) {
+      KV_ASSIGN_OR_RETURN(flat, cursor_.Get(p.layer));
+      if (p.slot >= flat->tensors.size() || flat->tensors[p.slot].name != info.name ||
+          flat->tensors[p.slot].array.dtype() != info.dtype || flat->tensors[p.slot].array.shape() != info.shape) {
+        return Status::Internal("layer " + std::to_string(p.layer) + " changed between the passes of a save");
+      }
     }
-    const Array& a = flat->tensors[p.slot].array;
+    const Array& a = small != nullptr ? *small : flat->tensors[p.slot].array;
     if (hooks_.expected_digest) expected[id] = hooks_.expected_digest(a);
     if (hasher) hasher->Submit(id, a);
     if (checker) checker->Submit(id, a);

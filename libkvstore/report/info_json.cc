@@ -52,6 +52,10 @@ Json PromptCacheInfoJson(const PromptCacheInfo& info, std::string_view path,
   out["path"] = Json(path);
   out["format"] = Json(info.format());
   out["layout"] = Json(std::string(LayoutName(info.layout)));
+  out["mlx_lm_versions"] = Json(info.mlx_lm_versions());
+  Json warnings = Json::MakeArray();
+  for (const std::string& w : info.mlx_lm_warnings) warnings.Push(Json(w));
+  out["mlx_lm_warnings"] = std::move(warnings);
   out["valid"] = Json(info.valid());
   out["file_bytes"] = Json(info.file_bytes);
   out["tensor_bytes"] = Json(info.tensor_bytes);

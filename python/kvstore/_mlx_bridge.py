@@ -1,10 +1,18 @@
 """Between mlx-lm cache objects and kvstore layers (imports MLX on first use).
 
-Going out (save): each cache's ``state`` / ``meta_state`` / class name, with every
-``mx.array`` wrapped as a zero-copy ``kvstore.Tensor`` (MLX's buffer protocol, BF16
-included). Coming in (load): ``cls.from_state(state, meta_state)`` with arrays copied
-into MLX memory (``mx.array`` over DLPack keeps BF16 as bfloat16), exactly as mlx-lm's
-``load_prompt_cache`` builds caches.
+mlx-lm has two cache protocols. Up to 0.31 a cache gives ``state`` (the arrays, cut to
+their valid rows) and ``meta_state`` (its scalars as strings) and is rebuilt with
+``cls.from_state(state, meta_state)``. Since 0.32 ``state`` holds the whole buffers and
+the scalars (int, bool, str, None), there is no ``meta_state``, and
+``cls.from_state(state)`` takes it alone. The library maps one onto the other
+(``kvstore.Layer.full_state``, ``Layer.from_full_state``); this module only picks the
+protocol: each cache object's own going out, the imported mlx-lm's coming in.
+
+Going out (save): each cache's state with every ``mx.array`` wrapped as a zero-copy
+``kvstore.Tensor`` (MLX's buffer protocol, BF16 included). Coming in (load): the
+imported mlx-lm's ``from_state`` with arrays copied into MLX memory (``mx.array`` over
+DLPack keeps BF16 as bfloat16), exactly as that mlx-lm's ``load_prompt_cache`` builds
+caches.
 
 ArraysCache has two state shapes: mlx-lm up to v0.31 keeps a flat slot list, later
 versions ``(slots, left_padding, lengths)``. The library always holds the latter; the
@@ -44,21 +52,28 @@ def arrays_state_form(module=None):
     return _arrays_form_of(module or cache_module())
 
 
-def _is_mx_array(x):
-    return type(x).__module__.startswith("mlx")
+@functools.lru_cache(maxsize=None)
+def _full_state_protocol(module):
+    return not hasattr(module.KVCache, "meta_state")
+
+
+def full_state_protocol(module=None):
+    """True when the imported mlx-lm (0.32 or later) has caches without meta_state."""
+    return _full_state_protocol(module or cache_module())
 
 
 def _to_tensors(state):
-    if state is None:
-        return None
+    # 0.32's scalars (a bool is an int), passed on for the library to check.
+    if state is None or isinstance(state, (int, float, str)):
+        return state
     if isinstance(state, (list, tuple)):
         return [_to_tensors(s) for s in state]
     return _kvstore.Tensor(state)
 
 
 def _to_mx(state):
-    if state is None:
-        return None
+    if state is None or isinstance(state, (int, str)):
+        return state
     if isinstance(state, list):
         return [_to_mx(s) for s in state]
     if state.dtype.startswith("F8"):
@@ -115,28 +130,51 @@ def _has_arrays(class_name, meta_state):
     return False
 
 
+def _protocol_of(c):
+    """"meta" for a cache of mlx-lm up to 0.31 (state and meta_state), "full" for 0.32's
+    (state alone), None for an object that is no cache."""
+    cls = type(c)
+    if not hasattr(cls, "state"):
+        return None
+    return "meta" if hasattr(cls, "meta_state") else "full"
+
+
 def layers_from_caches(caches, module=None):
-    """(class_name, state, meta_state) per cache, arrays as zero-copy Tensors."""
+    """One layer per cache object of either protocol, arrays as zero-copy Tensors:
+    (class_name, state, meta_state) for a cache with meta_state, a kvstore.Layer built
+    from 0.32's state otherwise."""
     try:
         caches = list(caches)
     except TypeError:
         raise InvalidArgumentError(f"cache must be a list of mlx-lm cache objects, got {type(caches).__name__}") from None
-    for i, c in enumerate(caches):
-        if not (hasattr(type(c), "state") and hasattr(type(c), "meta_state")):
+    protocols = [_protocol_of(c) for c in caches]
+    for i, (c, protocol) in enumerate(zip(caches, protocols)):
+        if protocol is None:
             raise InvalidArgumentError(f"cache[{i}] is not an mlx-lm cache object (a {type(c).__name__})")
-    form = arrays_state_form(module) if caches else ARRAYS_TRIPLE
+    form = arrays_state_form(module) if "meta" in protocols else ARRAYS_TRIPLE
     layers = []
-    for c in caches:
+    for c, protocol in zip(caches, protocols):
         name = type(c).__name__
+        if protocol == "full":
+            layers.append(_kvstore.Layer.from_full_state(name, _to_tensors(c.state)))
+            continue
         meta = c.meta_state
         state = _library_state(name, _to_tensors(c.state), meta, form)
         layers.append((name, state, meta))
     return layers
 
 
+def _name_and_meta(layer):
+    if isinstance(layer, tuple):
+        return layer[0], layer[2]
+    return layer.class_name, layer.meta_state
+
+
 def layout_for(layers, module=None):
     """The file layout the imported mlx-lm reads without misreading `layers`."""
-    if not any(_has_arrays(name, meta) for name, _, meta in layers):
+    if full_state_protocol(module):
+        return "mlx-lm-0.32"
+    if not any(_has_arrays(*_name_and_meta(layer)) for layer in layers):
         return "mlx-lm"  # the two layouts differ only for ArraysCache
     if arrays_state_form(module) == ARRAYS_TRIPLE:
         return "mlx-lm"
@@ -159,8 +197,11 @@ def _class_for(module, name):
 
 
 def caches_from_layers(layers, module=None):
-    """Real mlx-lm cache objects, built with cls.from_state as load_prompt_cache does."""
+    """Real cache objects of the imported mlx-lm, built with its own cls.from_state as its
+    load_prompt_cache does: from_state(full_state) for 0.32, else from_state(state, meta_state)."""
     module = module or cache_module()
+    if full_state_protocol(module):
+        return [_class_for(module, layer.class_name).from_state(_to_mx(layer.full_state)) for layer in layers]
     form = arrays_state_form(module)
     caches = []
     for layer in layers:

@@ -1,9 +1,12 @@
 """Drop-in replacements for mlx-lm's prompt-cache functions.
 
 ``save_prompt_cache`` / ``load_prompt_cache`` take and return real mlx-lm cache objects
-(built with ``cls.from_state(state, meta_state)`` as mlx-lm does) and add verified
-(SHA-256) and compressed files. ``TieredPromptCache`` replaces ``LRUPromptCache`` in
-``mlx_lm.server`` with a memory tier that behaves like it plus persistent disk and Redis tiers.
+and add verified (SHA-256) and compressed files. They follow the mlx-lm that is
+imported: caches of either protocol are saved (up to 0.31: ``state`` + ``meta_state``;
+0.32: the full ``state``), files of either layout load, as that mlx-lm's own classes
+built with its own ``from_state``, and a plain save is a file that mlx-lm loads.
+``TieredPromptCache`` replaces ``LRUPromptCache`` in ``mlx_lm.server`` with a memory tier
+that behaves like it plus persistent disk and Redis tiers.
 
 MLX and mlx-lm are imported on first use; importing this module needs neither.
 """
@@ -11,7 +14,7 @@ MLX and mlx-lm are imported on first use; importing this module needs neither.
 import os
 
 from . import _kvstore
-from ._mlx_bridge import cache_module, caches_from_layers, layers_from_caches, layout_for, mx
+from ._mlx_bridge import cache_module, caches_from_layers, full_state_protocol, layers_from_caches, layout_for, mx
 from ._tiered import TieredPromptCache, stop_on_sigterm
 from .errors import CorruptionError, Error
 
@@ -19,11 +22,13 @@ __all__ = ["save_prompt_cache", "load_prompt_cache", "TieredPromptCache", "stop_
 
 
 def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zstd", integrity=True,
-                      durable=True):
-    """Save a prompt cache (a list of mlx-lm cache objects) to a file.
+                      durable=True, layout=None):
+    """Save a prompt cache (a list of mlx-lm cache objects, of mlx-lm 0.32 or earlier) to a file.
 
-    Without ``compress`` the file is one mlx-lm's own ``load_prompt_cache`` reads (for
-    ArraysCache, in the layout of the mlx-lm that is imported). ``integrity`` adds
+    Without ``compress`` the file is one the imported mlx-lm's own ``load_prompt_cache``
+    reads: ``layout`` None picks its layout ("mlx-lm-0.32" for mlx-lm 0.32, else
+    "mlx-lm", or "mlx-lm-0.31" for ArraysCache under the v0.31 release); name one of
+    ``kvstore._kvstore.LAYOUTS`` to write another mlx-lm's. ``integrity`` adds
     digests as metadata mlx-lm ignores: True or "sha256" (SHA-256, for files exchanged),
     "xxh3" (XXH3-128, at memory speed, for caches), False for none; ``compress`` (True or
     a zstd level) writes a seekable zstd container (``codec="byteplane"`` for a better
@@ -43,23 +48,26 @@ def save_prompt_cache(file_name, cache, metadata={}, *, compress=None, codec="zs
         compress=compress,
         codec=codec,
         integrity=integrity,
-        layout=layout_for(layers),
+        layout=layout or layout_for(layers),
         durable=durable,
     )
 
 
 def load_prompt_cache(file_name, return_metadata=False, *, verify=False):
-    """Load a prompt cache written by mlx-lm, mlx-swift-lm or kvstore (plain or compressed).
+    """Load a prompt cache written by mlx-lm (0.32 or earlier), mlx-swift-lm or kvstore
+    (plain or compressed).
 
-    Returns a list of mlx-lm cache objects, and the user metadata dict when
-    ``return_metadata``. ``verify`` checks the file's digests before anything is returned,
+    Returns a list of cache objects of the imported mlx-lm's classes, rebuilt through its
+    own ``from_state`` whichever mlx-lm layout the file has (so mlx-lm 0.32 gets the
+    caches of files saved under 0.31, which its own loader cannot read), and the user
+    metadata dict when ``return_metadata``. ``verify`` checks the file's digests before anything is returned,
     with the algorithm the file declares (CorruptionError naming the tensor on a mismatch);
     a compressed file with digests is checked whatever ``verify`` says.
 
-    A plain mlx-lm-layout ``.safetensors`` file (without ArraysCache layers, whose layout
-    depends on the mlx-lm version) has its header checked by kvstore in a mapping and is
-    then read by MLX's own loader by path, which fills MLX memory straight from the file
-    (no copy through kvstore can beat it); with ``verify`` the arrays MLX read are hashed
+    Under mlx-lm up to 0.31, a plain file in its layout (without ArraysCache layers, whose
+    layout depends on the mlx-lm version) has its header checked by kvstore in a mapping
+    and is then read by MLX's own loader by path, which fills MLX memory straight from the
+    file (no copy through kvstore can beat it); with ``verify`` the arrays MLX read are hashed
     in MLX memory on all cores, so the bytes returned are exactly the bytes verified. What
     MLX read is served only when its header is the one kvstore checked: a file replaced or
     rewritten meanwhile is read again, and refused (CorruptionError) when it keeps changing.
@@ -100,7 +108,7 @@ def _load_through_mlx(path, verify=False):
         if not checked.mlx_readable or (verify and not checked.has_digests):
             return None
         module = cache_module()
-        if not all(hasattr(module, c) for c in checked.classes):
+        if full_state_protocol(module) or not all(hasattr(module, c) for c in checked.classes):
             return None
         try:
             arrays, metadata = _mlx_load(path)

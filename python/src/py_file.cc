@@ -199,7 +199,7 @@ py::object JsonToPython(const Json& value) {
 std::string UserPath(const std::filesystem::path& path) { return Unwrap(ExpandUserPath(path.string())); }
 
 // The layouts save() and convert() write, by name (exported as kvstore._kvstore.LAYOUTS).
-constexpr PromptCacheLayout kWritableLayouts[] = {PromptCacheLayout::kMlxLm, PromptCacheLayout::kMlxLm031,
+constexpr PromptCacheLayout kWritableLayouts[] = {PromptCacheLayout::kMlxLm032, PromptCacheLayout::kMlxLm031, PromptCacheLayout::kMlxLm,
                                                   PromptCacheLayout::kMlxSwiftLm};
 
 PromptCacheLayout ParseLayoutName(const std::string& name) {

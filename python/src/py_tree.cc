@@ -29,12 +29,20 @@ CacheState StateFromPython(py::handle obj, int depth) {
     for (py::handle item : obj) items.push_back(StateFromPython(item, depth + 1));
     return CacheState(std::move(items));
   }
+  // mlx-lm 0.32's scalars; a bool first, since a Python bool is an int.
+  if (py::isinstance<py::bool_>(obj)) return CacheState::Bool(obj.cast<bool>());
+  if (py::isinstance<py::int_>(obj)) return CacheState::Int(IntArg(obj, "a state scalar", INT64_MIN, INT64_MAX));
+  if (py::isinstance<py::str>(obj)) return CacheState::String(obj.cast<std::string>());
+  if (py::isinstance<py::float_>(obj)) ThrowInvalid("a float in a cache state (no mlx-lm cache class has one)");
   return CacheState(ArrayFromPython(obj));
 }
 
 py::object StateToPython(const CacheState& state) {
   if (state.is_none()) return py::none();
   if (state.is_array()) return TensorToPython(state.array());
+  if (state.is_bool()) return py::bool_(state.bool_value());
+  if (state.is_int()) return py::int_(state.int_value());
+  if (state.is_string()) return py::str(state.str());
   py::list out;
   for (const CacheState& item : state.list()) out.append(StateToPython(item));
   return out;

@@ -1,5 +1,6 @@
 // CacheState / MetaState <-> Python nested lists.
-//   state: None | array-like | list/tuple of states (arrays become kvstore.Tensor going out)
+//   state: None | array-like | int | bool | str | list/tuple of states (arrays
+//          become kvstore.Tensor going out; the scalars are mlx-lm 0.32's)
 //   meta_state: str | list/tuple of meta states
 // Nesting deeper than kMaxDepth is refused (InvalidArgumentError).
 #ifndef KVSTORE_PYTHON_PY_TREE_H_

@@ -3,6 +3,8 @@
 The package under test is the one on PYTHONPATH (ctest points it at <build>/python).
 The real MLX + mlx-lm cache code is found at $KVSTORE_MLX_REF or, relative to the
 repository, ../shared/mlx-ref; tests that need it skip, saying why, when it is absent.
+With KVSTORE_TEST_MLX_LM=0.32 the mlx-lm imported is 0.32 (mlx-ref's
+python-mlx-lm-0.32 first on sys.path), else mlx-ref's own (d78bf58, the 0.31 era).
 """
 
 import hashlib
@@ -23,21 +25,31 @@ def _mlx_ref_dir():
 
 
 MLX_REF = _mlx_ref_dir()
-sys.path.insert(0, str(REPO / "tests" / "mlx_interop"))  # mlx_lm_v031, shared with the C++ interop test
+sys.path.insert(0, str(REPO / "tests" / "mlx_interop"))  # mlx_lm_v031, mlx_lm_032: shared with the interop tests
+from mlx_lm_032 import leaves as flatten  # noqa: E402,F401  (tree_flatten's names: [(name, leaf), ...])
 MLX_REF_PYTHON = MLX_REF / "python"
+MLX_LM_032 = os.environ.get("KVSTORE_TEST_MLX_LM") == "0.32"
+# The folders the tests import MLX and mlx-lm from, first first.
+MLX_PATHS = ([MLX_REF / "python-mlx-lm-0.32"] if MLX_LM_032 else []) + [MLX_REF_PYTHON]
 
 
 def _import_mlx():
     """None when mlx-ref imports, else why not."""
-    if not (MLX_REF_PYTHON / "mlx_lm" / "models" / "cache.py").is_file():
-        return f"mlx-ref not found at {MLX_REF} (set KVSTORE_MLX_REF to its folder)"
-    if str(MLX_REF_PYTHON) not in sys.path:
-        sys.path.insert(0, str(MLX_REF_PYTHON))
+    for path in MLX_PATHS:
+        if not (path / "mlx_lm" / "models" / "cache.py").is_file():
+            return f"no mlx-lm at {path} (set KVSTORE_MLX_REF to a copy of mlx-ref)"
+    for path in reversed(MLX_PATHS):
+        if str(path) in sys.path:
+            sys.path.remove(str(path))
+        sys.path.insert(0, str(path))
     try:
         import mlx.core  # noqa: F401
-        import mlx_lm.models.cache  # noqa: F401
+        import mlx_lm.models.cache as cache
     except Exception as e:  # wrong interpreter or missing libopenblas0-pthread/libgfortran5
         return f"mlx-ref at {MLX_REF} does not import with {sys.executable}: {e}"
+    # Not a skip: the suite would test another mlx-lm than it says.
+    assert pathlib.Path(cache.__file__).resolve().is_relative_to(MLX_PATHS[0].resolve()), (
+        f"mlx_lm was imported from {cache.__file__}, not from {MLX_PATHS[0]}")
     return None
 
 
@@ -68,14 +80,6 @@ def sha256(buf):
     return hashlib.sha256(memoryview(buf).tobytes()).hexdigest()  # also for zero-size views
 
 
-def flatten(tree, prefix=""):
-    """mlx.utils.tree_flatten's names for a nested list: [(name, leaf), ...]."""
-    if isinstance(tree, (list, tuple)):
-        out = []
-        for i, item in enumerate(tree):
-            out += flatten(item, f"{prefix}.{i}" if prefix else str(i))
-        return out
-    return [(prefix, tree)]
 
 
 def run_in_threads(work, n=4):

@@ -502,3 +502,42 @@ def test_compressed_files_are_verified_on_load(tmp_path):
         kvstore.convert(plain, packed, compress=True)  # container only: the digests are copied as they are
         with pytest.raises(kvstore.CorruptionError, match="mismatch"):
             kvstore.load(packed)
+
+
+def test_layers_take_and_give_mlx_lm_032_full_state(tmp_path):
+    # KVCache [keys, values, offset]: the whole 8-row buffers, 3 rows valid.
+    k = np.arange(64, dtype=np.float16).reshape(1, 1, 8, 8)
+    layer = kvstore.Layer.from_full_state("KVCache", [k, k + 1, 3])
+    assert layer.class_name == "KVCache" and layer.offset == 3 and layer.meta_state == ""
+    keys, values, offset = layer.full_state
+    assert np.array_equal(np.asarray(keys), k) and type(offset) is int and offset == 3
+    assert np.array_equal(np.asarray(layer.state[0]), k[:, :, :3])  # the old protocol: valid rows
+    rotating = kvstore.Layer.from_full_state("RotatingKVCache", [k, k, 10, 2, 8, 4])  # wrapped
+    assert rotating.full_state[2:] == [10, 2, 8, 4] and rotating.meta_state == ["2", "8", "10", "4"]
+    nested = kvstore.Layer.from_full_state("CacheList", [[[k, k, 3], "KVCache"]])
+    assert nested.full_state[0][1] == "KVCache" and nested.meta_state[0] == ["KVCache"]
+    kvstore.save(tmp_path / "f.safetensors", [layer, rotating, nested])
+    again = kvstore.load(tmp_path / "f.safetensors")
+    assert [x.offset for x in again.layers[:2]] == [3, 10]
+
+
+@pytest.mark.parametrize("state,error", [
+    ([None, None, 3], kvstore.InvalidArgumentError),      # no buffers but an offset
+    (["keys", "values", 3], kvstore.InvalidArgumentError),  # strings for arrays
+    ("KVCache", kvstore.InvalidArgumentError),            # not a list
+    (7, kvstore.InvalidArgumentError),
+])
+def test_an_impossible_full_state_is_refused(state, error):
+    with pytest.raises(error):
+        kvstore.Layer.from_full_state("KVCache", state)
+
+
+def test_full_state_scalars_keep_their_python_type():
+    k = np.zeros((1, 1, 8, 8), np.float16)
+    for offset in (True, 9, -1, 2 ** 63, 3.0):  # a bool is not an offset; past the buffer; out of range
+        with pytest.raises(kvstore.InvalidArgumentError):
+            kvstore.Layer.from_full_state("KVCache", [k, k, offset])
+    with pytest.raises(kvstore.NotSupportedError):
+        kvstore.Layer.from_full_state("NoSuchCache", [k, k, 3])
+    with pytest.raises(kvstore.InvalidArgumentError):
+        kvstore.Layer("KVCache", [k, k, 3], "")  # scalars belong to the 0.32 state only

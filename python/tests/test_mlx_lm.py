@@ -346,8 +346,9 @@ def test_every_file_mlx_lm_wrote_passes_validation():
     roots = [REPO / "fixtures", REPO.parent / "shared" / "fixtures"]
     files = [p for root in roots if root.is_dir() for p in sorted(root.rglob("*.safetensors"))
              if "traces" not in p.parts and "model" not in p.parts]  # not prompt caches
-    # 24 mlx-lm prompt caches and 3 llama.cpp conversions, in fixtures/ and in ../shared/fixtures.
-    assert len(files) == 27 * sum(root.is_dir() for root in roots)
+    # 24 mlx-lm prompt caches and 3 llama.cpp conversions in fixtures/ and in ../shared/fixtures,
+    # and the 27 files of mlx-lm 0.32 in fixtures/mlx-lm-0.32.
+    assert len(files) == 27 * sum(root.is_dir() for root in roots) + 27
     for path in files:
         info = kvstore.inspect(str(path))
         assert info["valid"], (path, info)

@@ -12,8 +12,9 @@ import sys
 import pytest
 
 import kvstore
-from conftest import MLX_REF_PYTHON, apply_documented_server_diff, flatten, run_in_threads
+from conftest import MLX_PATHS, MLX_REF_PYTHON, apply_documented_server_diff, flatten, run_in_threads
 from kvstore.mlx_lm import TieredPromptCache
+from mlx_lm_032 import to_old
 
 MODEL = ("models/demo", None, None)  # mlx_lm.server's model key shape
 
@@ -36,10 +37,14 @@ def make_cache(mlx_cache, mx, tokens, kind):
 
 
 def state_of(cache):
+    """Class, meta_state and state, in the old protocol whatever mlx-lm made the objects
+    (mlx-lm 0.32's full state as the old classes give it: buffers cut to the valid rows)."""
     if cache is None:
         return None
     out = []
     for c in cache:
+        if not hasattr(c, "meta_state"):
+            c = to_old(c)
         leaves = [(name, None if x is None else (str(x.dtype), tuple(x.shape), bytes(memoryview(x))))
                   for name, x in flatten(c.state)]
         out.append((type(c).__name__, c.meta_state, leaves))
@@ -351,7 +356,7 @@ def test_writes_are_flushed_at_interpreter_exit(mlx_cache, mx, tmp_path):
     store = tmp_path / "store"
     code = f"""
 import sys
-sys.path.insert(0, {str(mlx_cache.__file__.rsplit('/mlx_lm/', 1)[0])!r})
+sys.path[:0] = {[str(p) for p in MLX_PATHS]!r}
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 from kvstore.mlx_lm import TieredPromptCache

@@ -85,7 +85,7 @@ expect_exit 1 "stream 2 is not below n_stream 2" -- convert "$f32/mlx_cache.safe
 expect_exit 1 "do not apply to --to llama.cpp" -- convert "$f32/mlx_cache.safetensors" -o "$tmp/x" --to llama.cpp --model "$f32/model" --compress
 expect_exit 1 "apply to --to llama.cpp" -- convert "$f32/seq_fa1.ggsq" -o "$tmp/x" --model "$f32/model" --kv-type f16
 expect_exit 1 "apply to llama.cpp conversions only" -- convert "$f32/mlx_cache.safetensors" -o "$tmp/x" --model "$f32/model"
-expect_exit 1 "--to must be mlx-lm, mlx-lm-0.31, mlx-swift-lm or llama.cpp" -- convert "$f32/seq_fa1.ggsq" -o "$tmp/x" --to gguf
+expect_exit 1 "--to must be mlx-lm-0.32, mlx-lm-0.31, mlx-lm, mlx-swift-lm or llama.cpp" -- convert "$f32/seq_fa1.ggsq" -o "$tmp/x" --to gguf
 expect_exit 1 "n_head_kv 2 x head_dim 32 = 64" -- convert "$f32/seq_fa1.ggsq" -o "$tmp/x" --model "$fixtures/qwen2_bf16_d32/model"
 expect_exit 2 "does-not-exist" -- convert "$f32/seq_fa1.ggsq" -o "$tmp/x" --model "$tmp/does-not-exist"
 [[ ! -e $tmp/x ]] || fail "a failed conversion left an output"

@@ -34,6 +34,27 @@ for name in kvcache_f16_4l cachelist_kv_rotating cachelist_arrays_kv quantized_b
   diff -u "$golden/$g.json" "$tmp/$g.json" || fail "inspect --json $name differs from golden"
 done
 
+# mlx-lm 0.32's layout: a fixture converted for it is inspected as such (golden), says which
+# mlx-lm loads it, converts back with the same content, and trims keep it.
+"$kvtool" convert "$fixtures/mlx-lm/cachelist_kv_rotating.safetensors" -o "$tmp/mlx-lm-0.32.cachelist_kv_rotating.safetensors" \
+  --to mlx-lm-0.32 -q || fail "convert --to mlx-lm-0.32"
+( cd "$tmp" && "$kvtool" inspect mlx-lm-0.32.cachelist_kv_rotating.safetensors ) > "$tmp/m032.txt" || fail "inspect 0.32"
+( cd "$tmp" && "$kvtool" inspect --json mlx-lm-0.32.cachelist_kv_rotating.safetensors ) > "$tmp/m032.json" || fail "inspect --json 0.32"
+diff -u "$golden/mlx-lm-0.32.cachelist_kv_rotating.txt" "$tmp/m032.txt" || fail "inspect of a 0.32 file differs from golden"
+diff -u "$golden/mlx-lm-0.32.cachelist_kv_rotating.json" "$tmp/m032.json" || fail "inspect --json of a 0.32 file differs from golden"
+expect_exit 0 "" -- convert "$tmp/mlx-lm-0.32.cachelist_kv_rotating.safetensors" -o "$tmp/back.safetensors" --to mlx-lm -q
+out=$("$kvtool" diff "$fixtures/mlx-lm/cachelist_kv_rotating.safetensors" "$tmp/back.safetensors" --max-error 0) ||
+  fail "0.32 round trip: diff"
+[[ $out == *"identical, max abs error 0"* && $out != *"meta state differs"* ]] || fail "0.32 round trip changed values: $out"
+expect_exit 0 "" -- trim "$fixtures/mlx-lm/kvcache_f16_4l.safetensors" -n 2 -o "$tmp/t032.safetensors" --to mlx-lm-0.32 -q
+"$kvtool" inspect --json "$tmp/t032.safetensors" | grep -q '"layout": "mlx-lm-0.32"' || fail "trim --to mlx-lm-0.32"
+expect_exit 0 "" -- trim "$tmp/t032.safetensors" -n 2 -o "$tmp/t032b.safetensors" -q
+"$kvtool" inspect --json "$tmp/t032b.safetensors" | grep -q '"layout": "mlx-lm-0.32"' || fail "trim keeps mlx-lm-0.32"
+"$kvtool" inspect "$fixtures/mlx-lm/kvcache_f16_no_user_metadata.safetensors" |
+  grep -q '^warning: mlx-lm >= 0.32 would load this file as an empty cache' || fail "inspect: no [] warning"
+"$kvtool" verify "$fixtures/mlx-lm/kvcache_f16_no_user_metadata.safetensors" 2>&1 |
+  grep -q 'kvtool: warning: .*mlx-lm >= 0.32 would load this file as an empty cache' || fail "verify: no [] warning"
+
 # Exit codes and messages for every error class.
 expect_exit 2 "does-not-exist" -- inspect "$tmp/does-not-exist.safetensors"
 printf 'this is not a safetensors file at all' > "$tmp/text.safetensors"
@@ -190,7 +211,7 @@ done
 "$kvtool" inspect "$tmp/r2.safetensors" --tensors | grep -E '^ +0\.1 +F32 +\[1, 4, 16, 8\]' > /dev/null || fail "0.31 tensor names"
 expect_exit 0 "" -- convert "$fixtures/mlx-lm/cachelist_arrays_kv.safetensors" -o "$tmp/cl.safetensors" --to mlx-lm-0.31 -q
 "$kvtool" inspect --json "$tmp/cl.safetensors" | grep '"name": "0.0.1"' > /dev/null || fail "CacheList child in the 0.31 layout"
-expect_exit 1 "--to must be mlx-lm, mlx-lm-0.31, mlx-swift-lm or llama.cpp" -- convert "$current" -o "$tmp/x.safetensors" --to mlx-lm-legacy
+expect_exit 1 "--to must be mlx-lm-0.32, mlx-lm-0.31, mlx-lm, mlx-swift-lm or llama.cpp" -- convert "$current" -o "$tmp/x.safetensors" --to mlx-lm-legacy
 # The 0.31 layout has no room for an ArraysCache's left padding.
 write_st "$tmp/padded.safetensors" '{"__metadata__":{"0.0":"","2.0":"ArraysCache"},"0.0.0":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},"0.1":{"dtype":"I32","shape":[1],"data_offsets":[8,12]},"0.2":{"dtype":"F32","shape":[0],"data_offsets":[12,12]}}' 12
 expect_exit 4 "layer 0 (ArraysCache) cannot be saved: ArraysCache left_padding I32[1] cannot be stored in mlx-lm 0.31's layout" \

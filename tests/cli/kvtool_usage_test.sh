@@ -58,6 +58,14 @@ usage_error "--to: must not be empty" -- convert "$f16" -o "$tmp/x" --to ""
 usage_error "--dtype: must not be empty" -- convert "$f16" -o "$tmp/x" --dtype ""
 usage_error "--output: must not be empty" -- trim "$f16" -n 1 -o ""
 
+# The layouts: --help and docs/cli.md name mlx-lm 0.32's, for convert and trim.
+for cmd in convert trim; do
+  "$kvtool" $cmd --help | grep -q -- 'mlx-lm-0.32' || fail "$cmd --help does not name mlx-lm-0.32"
+done
+grep -q -- '--to mlx-lm-0.32|mlx-lm-0.31|mlx-lm|mlx-swift-lm' "$source/docs/cli.md" || fail "docs/cli.md does not name the layouts"
+grep -q -- 'kvtool trim FILE (-n N | --keep N) -o OUT \[--to LAYOUT\]' "$source/docs/cli.md" || fail "docs/cli.md: trim --to"
+usage_error "--to must be mlx-lm-0.32, mlx-lm-0.31, mlx-lm or mlx-swift-lm" -- trim "$f16" -n 1 -o "$tmp/t" --to mlx-lm-9
+
 # --help says where a redis:// URL is taken.
 "$kvtool" --help | grep -q 'redis://' || fail "kvtool --help does not mention redis://"
 "$kvtool" ls --help | grep -q 'DIR.*redis://\|redis://.*shared tier' || fail "ls --help does not mention redis://"

@@ -1,5 +1,5 @@
 // The prompt-cache readers (plain, zstd and byte-plane containers; mlx-lm,
-// legacy and mlx-swift-lm layouts) must never crash or over-allocate on any
+// mlx-lm 0.32, legacy and mlx-swift-lm layouts) must never crash or over-allocate on any
 // bytes: whole loads (with and without verification), layer-by-layer reads
 // of the streaming reader, header-only validation, the conversions built on
 // it, and the naming of files of other kinds (RecognizeFileKind, asked when an
@@ -16,6 +16,7 @@ namespace {
 
 void Use(const kvstore::Cache& layer) {
   (void)layer.State();
+  (void)layer.FullState();
   (void)layer.Nbytes();
   (void)layer.meta_state();
 }
@@ -51,7 +52,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)(*reader)->Verify(1);
   kvstore::ConvertOptions convert;
   convert.threads = 1;
-  convert.output.layout = size % 5 == 0 ? kvstore::PromptCacheLayout::kMlxSwiftLm : kvstore::PromptCacheLayout::kMlxLm;
+  convert.output.layout = size % 5 == 0   ? kvstore::PromptCacheLayout::kMlxSwiftLm
+                           : size % 5 == 1 ? kvstore::PromptCacheLayout::kMlxLm032
+                                           : kvstore::PromptCacheLayout::kMlxLm;
   (void)kvstore::ConvertPromptCacheFile(env.get(), "/f.safetensors", "/out.safetensors", convert);
   kvstore::TranscodeOptions transcode;
   transcode.threads = 1;
