@@ -13,7 +13,11 @@ when:
     through the folders it depends on;
   * a folder's DEPENDS names a folder that is not below it;
   * a folder or public header is missing from the table;
-  * a folder of libkvstore/ holds more than 28 source files.
+  * a folder of libkvstore/ holds more than 28 source files;
+  * code outside the folders that parse or define cache classes (cache/,
+    format/, engines/) names a cache class in a string literal: it asks the
+    cache, or the class's CacheClassInfo, instead (docs/design.md, Class
+    knowledge).
 
 Usage: layering_test.py SOURCE_DIR
 """
@@ -23,6 +27,29 @@ import sys
 
 MAX_SOURCE_FILES = 28
 SOURCE_SUFFIXES = (".cc", ".h")
+CLASS_FOLDERS = ("cache", "format", "engines")
+CLASS_NAME_LITERAL = re.compile(
+    r'"(KVCache|ConcatenateKVCache|RotatingKVCache|ChunkedKVCache|QuantizedKVCache|CacheList|'
+    r'BatchKVCache|BatchRotatingKVCache|ArraysCache|MambaCache)"')
+
+
+def class_name_literals(root):
+    """(path, line number) of each cache class name in a string literal outside CLASS_FOLDERS."""
+    found = []
+    dirs = [os.path.join(root, "libkvstore", d) for d in os.listdir(os.path.join(root, "libkvstore"))
+            if d not in CLASS_FOLDERS]
+    dirs += [os.path.join(root, "apps"), os.path.join(root, "python", "src")]
+    for top in dirs:
+        for dirpath, _, names in os.walk(top):
+            for name in sorted(names):
+                if not name.endswith(SOURCE_SUFFIXES):
+                    continue
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    for n, line in enumerate(f, 1):
+                        if CLASS_NAME_LITERAL.search(line):
+                            found.append((os.path.relpath(path, root), n))
+    return found
 
 
 def layer_table(root):
@@ -124,6 +151,10 @@ def main():
         path = os.path.join(root, "include", "kvstore", h)
         if os.path.exists(path):
             check(path, folder, None)
+
+    for rel, n in class_name_literals(root):
+        errors.append(f"{rel}:{n}: names a cache class; ask the cache or its CacheClassInfo "
+                      "(docs/design.md, Class knowledge)")
 
     for e in errors:
         print(e)

@@ -70,6 +70,9 @@ struct CacheClassInfo {
   std::string_view saved_as{};
   // The class a chunk of its rows is stored as (empty: no rows).
   std::string_view rows_piece{};
+  // Its saved layout differs between mlx-lm releases (docs/format.md §5.7),
+  // so the imported mlx-lm's own loader may read a file of it otherwise.
+  bool saved_layout_by_release = false;
 };
 
 // The info of a class CacheFromState knows, or nullptr.

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvstore/cache_spec.h"
 #include "python/src/py_errors.h"
 #include "python/src/py_file.h"
 #include "python/src/py_tensor.h"
@@ -22,7 +23,8 @@ namespace {
 using TensorCopy = PromptCacheReader::TensorCopy;
 
 bool PlainLayer(const LayerInfo& layer) {
-  if (layer.class_name == "ArraysCache" || layer.class_name == "MambaCache") return false;  // layout by version
+  const CacheClassInfo* info = FindCacheClass(layer.class_name);
+  if (info == nullptr || info->saved_layout_by_release) return false;
   if (!layer.errors.empty() || !layer.unsupported.empty()) return false;
   for (const LayerInfo& child : layer.children) {
     if (!PlainLayer(child)) return false;
