@@ -379,7 +379,7 @@ def test_sigterm_stops_like_ctrl_c_and_the_queued_writes_are_flushed(mlx_cache, 
     store = tmp_path / "store"
     code = f"""
 import sys, time
-sys.path.insert(0, {str(mlx_cache.__file__.rsplit('/mlx_lm/', 1)[0])!r})
+sys.path[:0] = {[str(p) for p in MLX_PATHS]!r}
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 from kvstore.mlx_lm import TieredPromptCache, stop_on_sigterm
