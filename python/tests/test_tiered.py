@@ -198,6 +198,10 @@ def test_every_hit_leaves_a_token_to_process(mlx_cache, mx, tmp_path):
         cache.insert_cache(rotating_model, system, make_cache(mlx_cache, mx, system, "rotating"), cache_type="system")
         cache.insert_cache(rotating_model, chat, make_cache(mlx_cache, mx, chat, "rotating"))
     with TieredPromptCache(directory=store) as restarted:
+        # The disk tier indexes in the background after a restart; until then a fetch finds
+        # only the entries whose tokens are prefixes of its prompt (by name), not the longer
+        # conversation `prompt` is served from.
+        restarted.disk_stats(indexed=True)
         for tokens in (prompt, stored_whole):
             got, rest = restarted.fetch_nearest_cache(MODEL, tokens)
             assert got is not None and rest == tokens[-1:]
@@ -388,8 +392,8 @@ stop_on_sigterm()
 for n in range(1, 9):
     c = KVCache(); c.update_and_fetch(mx.ones((1, 8, 512 * n, 64)), mx.ones((1, 8, 512 * n, 64)))
     cache.insert_cache(("m", None), list(range(512 * n)), [c])
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside the try: SIGTERM may come at once
     while True:  # mlx_lm.server's httpd.serve_forever()
         time.sleep(0.05)
 except KeyboardInterrupt:
