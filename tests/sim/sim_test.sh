@@ -137,8 +137,13 @@ if [[ $mode == faults ]]; then
   swap "$dir/swapped_scan/$s1_file" "$dir/swapped_scan/$s2_file"
   rm "$dir/swapped_scan/MANIFEST"
   run swapped_scan
-  grep -q "^  dropped $s1_file: " "$dir/swapped_scan.out" && grep -q "^  dropped $s2_file: " "$dir/swapped_scan.out" ||
-    fail "swapped_scan: not both dropped: $(head -4 "$dir/swapped_scan.out")"
+  # The scan drops both, unless a fetch reaches one first (the store indexes in the background
+  # while the run's fetches find entries by name): that one is refused when loaded, counted as
+  # mismatched, and never served (check).
+  scan_dropped=$(grep -c -e "^  dropped $s1_file: " -e "^  dropped $s2_file: " "$dir/swapped_scan.out")
+  if ((scan_dropped < 2)) && ! grep -Eq ' [1-9][0-9]* mismatched dropped' "$dir/swapped_scan.out"; then
+    fail "swapped_scan: not both dropped: $(head -4 "$dir/swapped_scan.out"; grep '^disk' "$dir/swapped_scan.out")"
+  fi
 
   if ((failures)); then echo "$failures failures"; exit 1; fi
   echo "prompt_cache_sim fault cases passed"
