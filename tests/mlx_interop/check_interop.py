@@ -16,6 +16,7 @@ import os
 import pathlib
 import sys
 
+from mlx_lm_032 import leaves as flat_leaves  # the tree walk, mlx.utils.tree_flatten's names
 from mlx_lm_v031 import release_arrays_cache
 
 SKIP = 77
@@ -27,17 +28,18 @@ def mlx_ref_python():
     return root / "python"
 
 
-def leaves(tree, prefix=""):
-    if isinstance(tree, (list, tuple)):
-        out = []
-        for i, item in enumerate(tree):
-            out += leaves(item, f"{prefix}.{i}" if prefix else str(i))
-        return out
-    if tree is None:
-        return [[prefix, None]]
-    dtype = str(tree.dtype).rsplit(".", 1)[-1]
+def leaves(tree):
+    """[name, dtype, shape, sha256] of each array of a state tree ([name, None] for None)."""
     names = {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "uint32": "U32", "int32": "I32"}
-    return [[prefix, names.get(dtype, dtype), list(tree.shape), hashlib.sha256(memoryview(tree).cast("B")).hexdigest()]]
+    out = []
+    for name, leaf in flat_leaves(tree):
+        if leaf is None:
+            out.append([name, None])
+            continue
+        dtype = str(leaf.dtype).rsplit(".", 1)[-1]
+        out.append([name, names.get(dtype, dtype), list(leaf.shape),
+                    hashlib.sha256(memoryview(leaf).cast("B")).hexdigest()])
+    return out
 
 
 def load(module, path, flat_arrays):
