@@ -77,6 +77,25 @@ TEST_P(AtomicWriteTest, WritesAndReplaces) {
   EXPECT_THAT(Children(), ElementsAre("target"));
 }
 
+// kWhenReplacing syncs only over an existing file; kAlways and kNone as named.
+TEST_P(AtomicWriteTest, DurabilitySyncsAsAsked) {
+  FaultInjectionEnv fault(env());
+  auto syncs = [&](Durability durability) {
+    fault.Reset();
+    EXPECT_OK(WriteFileAtomic(
+        &fault, Path("target"), [](WritableFile& f) { return f.Append(AsBytes(kOld)); },
+        AtomicWriteOptions{.durability = durability}));
+    return fault.Count(Op::kSync) + fault.Count(Op::kSyncDir);
+  };
+  EXPECT_EQ(syncs(Durability::kWhenReplacing), 0);  // a new file
+  EXPECT_EQ(syncs(Durability::kWhenReplacing), 2);  // over the file just written: file and directory
+  EXPECT_EQ(syncs(Durability::kNone), 0);
+  EXPECT_EQ(syncs(Durability::kAlways), 2);
+  ASSERT_OK(env()->RemoveFile(Path("target")));
+  EXPECT_EQ(syncs(Durability::kAlways), 2);
+  EXPECT_EQ(ReadString(env(), Path("target")).value(), kOld);
+}
+
 // For each faulting operation and each of its calls during one atomic write:
 // the injected error comes back, no temp file remains, and the target holds
 // its previous content, except after a failed final directory sync, when the

@@ -208,7 +208,7 @@ TEST_F(DigestFileTest, SealCoversXxh3Digests) {
 TEST_F(DigestFileTest, NonDurableSaveWritesTheSameBytes) {
   ASSERT_OK(SavePromptCache(env_.get(), "/d", testing::SmallCache(), {}));
   SavePromptCacheOptions fast;
-  fast.durable = false;
+  fast.durability = Durability::kNone;
   ASSERT_OK(SavePromptCache(env_.get(), "/n", testing::SmallCache(), {}, fast));
   EXPECT_EQ(FileBytes(env_.get(), "/d"), FileBytes(env_.get(), "/n"));
 }

@@ -162,7 +162,7 @@ TEST_F(StoreOpenTest, TempFilesOfThisProcessAreKept) {
   PutAll({{{1, 2, 3}, 7}});
   // Named as a Put names them: "<16 hex digits>.safetensors.kvtmp-<pid>-put<n>".
   const std::string own = "0123456789abcdef.safetensors.kvtmp-" + std::to_string(env_->ProcessId()) + "-put0";
-  const std::string dead = "0123456789abcdef.safetensors.kvtmp-" + std::to_string(env_->ProcessId() + 1) + "-put0";
+  const std::string dead = "0123456789abcdef.safetensors.kvtmp-2000000000-put0";  // above any pid limit
   for (const std::string& name : {own, dead}) {
     ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), testing::Bytes("partial")));
   }

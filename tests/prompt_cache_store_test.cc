@@ -125,16 +125,21 @@ TEST_F(PromptCacheStoreTest, ForeignFilesAreDroppedAtOpenAndOthersLeftAlone) {
 }
 
 // A writer killed mid-write leaves temp files; the next Open removes those
-// of the store's own writes, counts them, and leaves other programs' alone
-// (a kvtool output being written into the directory).
+// of the store's own writes whose process is gone (pid 2000000000 is above
+// every system's pid limit), counts them, and leaves those of live
+// processes (pid 1: another server sharing the directory) and other
+// programs' alone (a kvtool output being written into the directory).
 TEST_F(PromptCacheStoreTest, OwnTempFilesAreRemovedAtOpenOthersKept) {
   PutAll({{{1, 2, 3}, 7}});
   const std::string entry = FileOf({1, 2, 3});
-  const std::vector<std::string> own = {entry + ".kvtmp-4242-put0", entry + ".kvtmp-4242-put0.kvtmp-4242-3",
-                                        "0123456789abcdef.safetensors.kvtmp-1-0",
-                                        "kvstore-models.json.kvtmp-4242-models"};
+  const std::string dead = "2000000000";
+  const std::vector<std::string> own = {entry + ".kvtmp-" + dead + "-put0",
+                                        entry + ".kvtmp-" + dead + "-put0.kvtmp-" + dead + "-3",
+                                        "0123456789abcdef.safetensors.kvtmp-" + dead + "-0",
+                                        "kvstore-models.json.kvtmp-" + dead + "-models"};
   const std::vector<std::string> foreign = {"out.safetensors.kvtmp-77-0", "notes.txt.kvtmp-77-1",
-                                            "0123456789ABCDEF.safetensors.kvtmp-1-0"};
+                                            "0123456789ABCDEF.safetensors.kvtmp-1-0",
+                                            "0123456789abcdef.safetensors.kvtmp-1-put0"};
   for (const std::string& name : own) ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), testing::Bytes("x")));
   for (const std::string& name : foreign) ASSERT_OK(WriteStringAtomic(env_.get(), Path(name), testing::Bytes("x")));
   StoreOpenReport report;

@@ -38,6 +38,7 @@ struct ConvertArgs {
   bool no_integrity = false;
   bool quiet = false;
   int threads = 0;
+  SyncFlags sync;
   std::shared_ptr<LlamaConvertArgs> llama;
 };
 
@@ -69,6 +70,7 @@ LlamaConvertRequest LlamaRequest(const ConvertArgs& a, std::optional<kvstore::Zs
   r.dtype = t.dtype;
   r.quantize_bits = t.quantize_bits;
   r.dequantize = t.dequantize;
+  r.durability = t.durability;
   if (kvstore::ConvertsLayers(t)) {
     r.transform = [t](std::shared_ptr<kvstore::Cache> layer) { return kvstore::ConvertLayer(t, std::move(layer)); };
   }
@@ -125,6 +127,7 @@ int RunConvert(ConvertArgs a) {
   if (!a.codec.empty() && a.decompress) return Fail(kExitUsage, "--codec applies to compressed output");
   kvstore::RewriteOptions o;
   if (std::optional<std::string> bad = ParseTransform(a, o)) return Fail(kExitUsage, *bad);
+  o.durability = DurabilityOf(a.sync);
   if (std::optional<int> code = MaybeRunLlamaConvert(LlamaRequest(a, asked_codec, o), *a.llama)) {
     return *code;
   }
@@ -194,6 +197,7 @@ Runner RegisterConvert(CLI::App& app) {
   cmd->add_option("--dtype", args->dtype, "convert float tensors to f16, bf16 or f32")->check(NonEmpty());
   cmd->add_option("--threads", args->threads, "worker threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress or summary on stderr");
+  AddSyncFlags(cmd, &args->sync);
   args->llama = AddLlamaConvertOptions(cmd);
   return [args, cmd] { return *cmd ? RunConvert(*args) : -1; };
 }

@@ -52,6 +52,7 @@ int ToPromptCache(const LlamaConvertRequest& r, const LlamaConvertArgs& l, const
   o.output.compression_level = r.compression_level;
   o.output.codec = r.codec;
   o.output.threads = r.threads;
+  o.output.durability = r.durability;
   o.dtype = r.dtype;
   o.tokens = std::move(tokens);
   if (r.transform) o.transform = [&](size_t, std::shared_ptr<kvstore::Cache> layer) { return r.transform(std::move(layer)); };

@@ -79,6 +79,16 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& e);
 // file-size limit fails with an error naming OUT.
 void InstallSignalHandlers();
 
+// --sync / --no-sync of the commands that write a prompt-cache file: how
+// far the output survives a power loss (kvstore::Durability). Neither: it
+// is synced only when it replaces an existing file (docs/cli.md).
+struct SyncFlags {
+  bool sync = false;
+  bool no_sync = false;
+};
+void AddSyncFlags(CLI::App* cmd, SyncFlags* flags);
+kvstore::Durability DurabilityOf(const SyncFlags& flags);
+
 // A subcommand registers its options on `app` and returns the function that
 // runs it (called only when the subcommand was selected).
 using Runner = std::function<int()>;

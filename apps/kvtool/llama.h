@@ -49,6 +49,7 @@ struct LlamaConvertRequest {
   kvstore::DigestAlgorithm digest = kvstore::DigestAlgorithm::kSha256;
   int threads = 0;
   bool quiet = false;
+  kvstore::Durability durability = kvstore::Durability::kWhenReplacing;  // of a prompt-cache output
 };
 
 // Runs the conversion when IN is a ggsq file or --to is llama.cpp, and

@@ -18,6 +18,7 @@ struct TrimArgs {
   std::string to;  // a layout name; empty: the input's
   bool quiet = false;
   int threads = 0;
+  SyncFlags sync;
 };
 
 int RunTrim(const TrimArgs& a) {
@@ -33,6 +34,7 @@ int RunTrim(const TrimArgs& a) {
   o.trim = a.n;
   o.keep = a.keep;
   o.threads = a.threads;
+  o.durability = DurabilityOf(a.sync);
   ProgressBar bar("trim", a.quiet);
   o.progress = bar.Callback();
   auto result = kvstore::RewritePromptCacheFile(kvstore::Env::Default(), a.in, a.out, o);
@@ -61,6 +63,7 @@ Runner RegisterTrim(CLI::App& app) {
       ->check(NonEmpty());
   cmd->add_option("--threads", args->threads, "worker threads (0 = all cores)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress or summary on stderr");
+  AddSyncFlags(cmd, &args->sync);
   return [args, cmd] { return *cmd ? RunTrim(*args) : -1; };
 }
 

@@ -128,6 +128,13 @@ class Env {
   // Truncating a file that someone has mapped breaks their mapping: replace
   // existing files with WriteFileAtomic instead.
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Appends `data` at the end of `path` (created if missing), then syncs it
+  // when `sync`. The POSIX Env writes it with one O_APPEND write, so that
+  // appends of several processes to one file never overwrite or (up to the
+  // file system's atomic write size, in practice a page or more on local
+  // file systems) interleave each other's. The default re-writes the file
+  // with WriteFileAtomic: atomic, but not for concurrent appenders.
+  virtual Status AppendToFile(const std::string& path, std::span<const std::byte> data, bool sync);
   // Atomically replaces `to` by `from` (POSIX rename). NotFound when `from`
   // does not exist; OK, changing nothing, when both name one file. The
   // POSIX Env refuses (IOError, both left as they were) to replace anything
@@ -205,11 +212,24 @@ class Env {
 // Before writing, temp files of `path` ("<basename>.kvtmp-<pid>-<n>") whose
 // pid is not env->ProcessId() and not alive are removed; those of live
 // processes are never touched.
+//
+// How far a write survives a power loss (a crash of the process never
+// leaves less than the above, whatever is chosen):
+enum class Durability {
+  // Temp file + rename, no sync: for caches that verify what they read (a
+  // power loss may leave `path` old, new, empty or torn, never a mix the
+  // digests accept).
+  kNone,
+  // Synced only when `path` names an existing file, whose content a power
+  // loss right after the rename could otherwise take with it. A new file is
+  // written as cp writes one: a power loss may leave it missing, empty or
+  // short (readers refuse those), and nothing that existed is lost.
+  kWhenReplacing,
+  // Temp file, file sync, rename, directory sync, always.
+  kAlways,
+};
 struct AtomicWriteOptions {
-  // false: temp file + rename without a file or directory sync, for caches
-  // that verify what they read (a power loss may then leave `path` old,
-  // new, empty or torn, never a mix the digests accept).
-  bool sync = true;
+  Durability durability = Durability::kAlways;
 };
 Status WriteFileAtomic(Env* env, const std::string& path,
                        const std::function<Status(WritableFile&)>& fill, const AtomicWriteOptions& options = {});
@@ -265,6 +285,8 @@ class FaultInjectionEnv : public Env {
 
   Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) override;
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  // Counted and failed as an Append (then as a Sync, when `sync`).
+  Status AppendToFile(const std::string& path, std::span<const std::byte> data, bool sync) override;
   Result<std::string> ReplaceTarget(const std::string& path) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status RemoveFile(const std::string& path) override;

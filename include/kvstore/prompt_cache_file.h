@@ -97,9 +97,10 @@ struct SavePromptCacheOptions {
   // Their algorithm: SHA-256 for files written for exchange; XXH3-128 (at
   // memory speed, not cryptographic) for caches (the disk tier's default).
   DigestAlgorithm digest = DigestAlgorithm::kSha256;
-  // true: temp file, fsync, rename, directory fsync; false: temp file +
-  // rename only (caches that verify every load: a crash costs a miss).
-  bool durable = true;
+  // kAlways: temp file, fsync, rename, directory fsync; kNone: temp file +
+  // rename only (caches that verify every load: a crash costs a miss);
+  // kWhenReplacing: synced only over an existing file (kvstore/env.h).
+  Durability durability = Durability::kAlways;
   std::optional<int> compression_level;  // set: seekable zstd container at this level
   ZstdCodec codec = ZstdCodec::kZstd;    // with compression: plain frames or byte planes
   size_t frame_size = size_t{4} << 20;   // compressed frame size (input bytes)
@@ -127,8 +128,8 @@ struct LoadedPromptCache {
   bool verified = false;   // digests checked and matched
 };
 
-// Saves atomically (temp file, fsync, rename; no fsync when
-// !options.durable). Errors: InvalidArgument for a
+// Saves atomically (temp file, fsync, rename; the fsyncs as
+// options.durability says). Errors: InvalidArgument for a
 // cache the layout's loader cannot read (mlx-lm: an empty KVCache, a None
 // ArraysCache slot, a user key that is empty, contains '.' or is an
 // integer), NotSupported for what the layout lacks (mlx-swift-lm has no
@@ -402,6 +403,7 @@ struct TranscodeOptions {
   size_t frame_size = size_t{4} << 20;
   int threads = 0;
   ProgressFn progress;  // bytes of the plain file written or compressed
+  Durability durability = Durability::kAlways;
 };
 
 // Changes only the container of `in` (plain, zstd, byte-plane zstd): the

@@ -46,6 +46,9 @@ struct RewriteOptions {
   std::optional<int64_t> keep;
   int threads = 0;
   ProgressFn progress;
+  // Synced only over an existing file by default (kvstore/env.h): a new
+  // output costs what cp's does, a replaced one survives a power loss.
+  Durability durability = Durability::kWhenReplacing;
 };
 
 struct RewriteResult {

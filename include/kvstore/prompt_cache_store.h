@@ -13,12 +13,13 @@
 //
 // Open() returns as soon as it holds the directory: it reads no entry, so
 // a restart serves at once however many entries the store holds. The
-// directory is indexed after Open on a thread of the store's own: the temp
-// files a killed writer of this store left are removed ("<entry>.kvtmp-*",
-// and "kvstore-models.json.kvtmp-*" of the Python tiers; other files' temp
-// files, e.g. a kvtool output being written into the directory, are left
-// alone); a file the manifest (<dir>/MANIFEST, one line per added or
-// removed entry) lists with a matching size and a name that agrees with the
+// directory is indexed after Open on a worker of the library's pool: the temp
+// files a killed writer left are removed ("<entry>.kvtmp-<pid>-*",
+// and "kvstore-models.json.kvtmp-*" of the Python tiers, when process <pid>
+// is gone; other files' temp files, e.g. a kvtool output being written into
+// the directory, are left alone); a file the manifest (<dir>/MANIFEST, one
+// line per added or removed entry) lists with a matching size and a name
+// that agrees with the
 // listed key is indexed without being read; any other file's header is read
 // (no tensor bytes), and files that are truncated, unparsable, of an unknown
 // layout, lack the keys or digests, hold a layer that cannot be loaded as
@@ -41,9 +42,25 @@
 // O(prompt) (one incremental hash per prefix length, exact key comparison
 // on a hash match). Disk usage is bounded by max_bytes with LRU eviction.
 //
-// One process owns a directory at a time: Open() takes an exclusive lock on
-// <dir>/LOCK and fails with FailedPrecondition ("held by another process")
-// for a second owner. Thread-safe: all members may be called concurrently;
+// Many processes may share a directory (servers of one machine started with
+// the same path). Every store appends its changes to the manifest with
+// O_APPEND, one write per line, and follows it: at each fetch and put, a
+// stat of MANIFEST, and when it grew, the new lines are read, so an entry
+// another process wrote is served by the next fetch after its line, and
+// one it removed is forgotten. Entries are only ever renamed into place
+// whole and verified at every load, so a torn, evicted, replaced or
+// foreign file is a miss, never wrong KV. The budget holds across the
+// processes: each one evicts, least recently used by its own fetches
+// first (another process's entries count from when their line was read),
+// until the entries the manifest lists fit max_bytes, so the directory
+// holds at most max_bytes plus the entries being written (one per writing
+// process); two processes may evict at once, and then evict a little more
+// than needed. Give every process the same max_bytes. A file a race leaves
+// unlisted (a line lost to a concurrent compaction) is indexed from its
+// header by the next Open. A process killed at any point leaves only temp
+// files, removed by the next Open once it is gone. (The LOCK file of older
+// releases, which let one process in, is no longer taken.)
+// Thread-safe: all members may be called concurrently;
 // loads and saves run outside the store's lock, while a Put's final rename
 // and its index update happen together under it (so a concurrent fetch
 // that drops the file it replaces, or an eviction, cannot remove the new

@@ -215,7 +215,7 @@ Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::stri
           }));
     }
     return sink.Finish();
-  });
+  }, AtomicWriteOptions{.durability = options.durability});
 }
 
 }  // namespace kvstore

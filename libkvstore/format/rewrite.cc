@@ -63,6 +63,7 @@ Result<RewriteResult> RewritePromptCacheFile(Env* env, const std::string& in, co
     t.codec = codec;
     t.threads = o.threads;
     t.progress = o.progress;
+    t.durability = o.durability;
     KV_RETURN_IF_ERROR(TranscodePromptCacheFile(env, in, out, t));
     result.transcoded = true;
     return result;
@@ -74,6 +75,7 @@ Result<RewriteResult> RewritePromptCacheFile(Env* env, const std::string& in, co
   c.output.compression_level = level;
   c.output.codec = codec;
   c.output.progress = o.progress;
+  c.output.durability = o.durability;
   c.threads = o.threads;
   if (ConvertsLayers(o)) c.transform = [&o](size_t, std::shared_ptr<Cache> layer) { return ConvertLayer(o, std::move(layer)); };
   if (!trims) {

@@ -276,7 +276,7 @@ Status SaveLayers(Env* env, const std::string& path, size_t num_layers, const La
   KV_RETURN_IF_ERROR(saver.Plan(user_metadata));
   return WriteFileAtomic(
       env, path, [&](WritableFile& file) { return WriteSaved(saver, file, options); },
-      AtomicWriteOptions{.sync = options.durable});
+      AtomicWriteOptions{.durability = options.durability});
 }
 
 Status SaveLayersTo(WritableFile& file, size_t num_layers, const LayerSource& source, const Metadata& user_metadata,

@@ -125,18 +125,20 @@ Status WriteFileAtomic(Env* env, const std::string& path, const std::function<St
   // so a signal handler can remove it at any moment in between.
   std::optional<TempFileRegistration> registration;
   if (env == Env::Default()) registration.emplace(temp_path);
+  const bool sync = options.durability == Durability::kAlways ||
+                    (options.durability == Durability::kWhenReplacing && env->FileExists(target));
   TempFileGuard temp(env, temp_path);
   auto about_output = [&](const Status& s) { return AboutOutput(s, temp_path, target, path); };
   Result<std::unique_ptr<WritableFile>> file = env->NewWritableFile(temp.path());
   if (!file.ok()) return about_output(file.status());
   temp.Adopt(std::move(file).value());
-  if (!options.sync) temp.file().WillNotSync();
+  if (!sync) temp.file().WillNotSync();
   temp.file().WillReplace(target);
   if (Status s = fill(temp.file()); !s.ok()) return about_output(s);
-  if (Status s = temp.SyncAndClose(options.sync); !s.ok()) return about_output(s);
+  if (Status s = temp.SyncAndClose(sync); !s.ok()) return about_output(s);
   if (Status s = env->RenameFile(temp.path(), target); !s.ok()) return about_output(s);
   temp.Disarm();
-  return options.sync ? env->SyncDir(DirName(target)) : Status::OK();
+  return sync ? env->SyncDir(DirName(target)) : Status::OK();
 }
 
 Status WriteStringAtomic(Env* env, const std::string& path, std::span<const std::byte> content) {

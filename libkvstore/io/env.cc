@@ -34,6 +34,22 @@ bool Env::ProcessAlive(int64_t pid) {
 
 int64_t Env::ProcessId() { return getpid(); }
 
+Status Env::AppendToFile(const std::string& path, std::span<const std::byte> data, bool sync) {
+  std::shared_ptr<const ReadableFile> old;
+  if (Result<std::shared_ptr<const ReadableFile>> r = OpenReadable(path); r.ok()) {
+    old = std::move(r).value();
+  } else if (r.status().code() != StatusCode::kNotFound) {
+    return r.status();
+  }
+  return WriteFileAtomic(
+      this, path,
+      [&](WritableFile& file) -> Status {
+        if (old != nullptr) KV_RETURN_IF_ERROR(file.Append(old->data()));
+        return file.Append(data);
+      },
+      AtomicWriteOptions{.durability = sync ? Durability::kAlways : Durability::kNone});
+}
+
 Result<std::string> Env::ReplaceTarget(const std::string& path) { return path; }
 
 Result<std::shared_ptr<const ReadableFile>> Env::ReadIntoMemory(const std::string& path) {

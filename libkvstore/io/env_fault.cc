@@ -163,6 +163,12 @@ Result<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(const s
   return std::unique_ptr<WritableFile>(std::make_unique<WrappedFile>(this, path, std::move(file)));
 }
 
+Status FaultInjectionEnv::AppendToFile(const std::string& path, std::span<const std::byte> data, bool sync) {
+  KV_RETURN_IF_ERROR(MaybeFail(Op::kAppend, path));
+  if (sync) KV_RETURN_IF_ERROR(MaybeFail(Op::kSync, path));
+  return base_->AppendToFile(path, data, sync);
+}
+
 Result<std::string> FaultInjectionEnv::ReplaceTarget(const std::string& path) {
   return base_->ReplaceTarget(path);
 }

@@ -206,6 +206,22 @@ class PosixEnv final : public Env {
     return NewPosixWritable(path);
   }
 
+  Status AppendToFile(const std::string& path, std::span<const std::byte> data, bool sync) override {
+    ScopedFd fd(RetryOnEintr(
+        [&] { return open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644); }));
+    if (fd.get() < 0) return PosixError("open", path, errno);
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return PosixError("stat", path, errno);
+    if (!S_ISREG(st.st_mode)) return NotRegularFile(path, st.st_mode, "append to it");
+    // One write call: a short write (a full disk) is an error, not retried,
+    // since a retry could land after another process's append.
+    const ssize_t n = RetryOnEintr([&] { return write(fd.get(), data.data(), data.size()); });
+    if (n < 0) return PosixError("append to", path, errno);
+    if (static_cast<size_t>(n) != data.size()) return Status::IOError("append to '" + path + "': short write");
+    if (sync && SyncFileData(fd.get()) != 0) return PosixError(kSyncFileDataCall, path, errno);
+    return Status::OK();
+  }
+
   Result<std::string> ReplaceTarget(const std::string& path) override {
     struct stat st, link;
     if (stat(path.c_str(), &st) != 0) {

@@ -27,13 +27,10 @@ Result<std::unique_ptr<PromptCacheStore>> PromptCacheStore::Open(Env* env, const
   if (!expanded.ok()) return expanded.status().WithPrefix("prompt-cache store");
   const std::string& dir = *expanded;
   KV_RETURN_IF_ERROR(env->CreateDir(dir));
-  Result<std::unique_ptr<FileLock>> lock = env->LockFile(dir + "/LOCK");
-  if (!lock.ok()) return lock.status().WithPrefix("prompt-cache store " + dir);
   auto impl = std::make_unique<Impl>();
   impl->env = env;
   impl->dir = dir;
   impl->options = options;
-  impl->lock = std::move(lock).value();
   // Indexed on a worker of the library's pool (its workers start lazily:
   // ask for one), so Open returns at once.
   if (report == nullptr && TaskPool::Shared().StartWorkers(1) >= 1) {
@@ -58,6 +55,7 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
                                    std::span<const int32_t> tokens, const PromptCache& cache) {
   if (tokens.empty()) return Status::InvalidArgument("PromptCacheStore: empty token key");
   KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("PromptCacheStore"));
+  FollowManifest();  // the budget counts what the other processes wrote
   const std::string file = StoreFileName(model, tokens);
   Metadata metadata = StoreKeyMetadata(model, tokens);
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
@@ -66,7 +64,7 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   SavePromptCacheOptions save;
   save.layout = PromptCacheLayout::kMlxLm;
   save.digest = options.digest;
-  save.durable = options.durable;
+  save.durability = options.durable ? Durability::kAlways : Durability::kNone;
   // Saved under a temp name (Open removes leftovers), then renamed into
   // place under the lock together with the index update: a Drop of the
   // entry this replaces (a fetch that found the old file corrupt) or an
@@ -89,6 +87,7 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
                static_cast<int64_t>(*size), DigestHex(fingerprint), 0, CanTrimPromptCache(cache)});
     EvictLocked();
   }
+  CompactManifestIfLong();
   // The rename's durability; the entry is indexed either way.
   return options.durable ? env->SyncDir(dir) : Status::OK();
 }

@@ -30,6 +30,13 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
   options.verify = true;
   Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(c.file), options);
   if (!loaded.ok() && loaded.status().code() == StatusCode::kIOError) return std::nullopt;  // maybe transient: keep it
+  if (!loaded.ok() && loaded.status().code() == StatusCode::kNotFound) {
+    // Removed by another process sharing the directory (an eviction whose
+    // manifest line this one has not read yet): forgotten, not bad.
+    std::lock_guard<std::mutex> l(mu);
+    index.Erase(c.file, c.generation);
+    return std::nullopt;
+  }
   if (!loaded.ok() || !loaded->verified) {
     Drop(c.file, c.generation, corrupt_dropped,
          loaded.ok() ? "has no digests to verify" : loaded.status().ToString());
@@ -85,6 +92,7 @@ Result<std::optional<PromptCacheStore::Hit>> PromptCacheStore::Impl::Fetch(const
                                                                           std::span<const int32_t> tokens,
                                                                           int64_t min_tokens) {
   if (static_cast<int64_t>(tokens.size()) <= min_tokens) return std::optional<Hit>();
+  FollowManifest();
   IndexPrefixesByName(model, tokens);
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
   if (std::optional<Hit> longer = FetchLonger(model, fingerprint, tokens, hashes, min_tokens)) return longer;

@@ -43,7 +43,6 @@ struct PromptCacheStore::Impl {
   Env* env;
   std::string dir;
   PromptCacheStoreOptions options;
-  std::unique_ptr<FileLock> lock;
 
   // Guarded by mu once Open has returned.
   mutable std::mutex mu;
@@ -52,7 +51,6 @@ struct PromptCacheStore::Impl {
   int64_t mismatched_dropped = 0;
   int64_t fingerprint_refused = 0;
   std::string last_refusal;
-  std::unique_ptr<WritableFile> manifest;  // append-only log; null until the indexer has rewritten it
   std::atomic<uint64_t> next_staged{0};    // names Put's temp files
 
   // Indexing the directory (prompt_cache_store_index.cc), on a worker of
@@ -66,9 +64,21 @@ struct PromptCacheStore::Impl {
   std::condition_variable indexed_cv;
   StoreOpenReport open_report;
   Status index_status;
-  // Lines logged while `manifest` is null (before the indexer rewrites it,
-  // and while it writes the new one outside the lock), for the new one.
+  // Lines logged while the indexer writes the compacted manifest (outside
+  // the lock), for the new one.
+  bool compacting = false;
   std::string unlogged;
+
+  // Following the manifest, which every process sharing the directory
+  // appends to (FollowManifest): the bytes read so far and its first line,
+  // which names the file (a manifest compacted by another process since
+  // is read again from its start). Guarded by follow_mu, never taken
+  // under mu.
+  std::mutex follow_mu;
+  uint64_t followed = 0;
+  std::string manifest_head;
+  uint64_t compacted_bytes = 0;  // of the last manifest this process compacted
+  std::atomic<bool> compacting_now{false};
 
   std::string Path(const std::string& file) const { return dir + "/" + file; }
 
@@ -78,12 +88,13 @@ struct PromptCacheStore::Impl {
   }
 
   void LogLocked(const std::string& line) {
-    if (manifest == nullptr) {
+    if (compacting) {
       unlogged += line;
       return;
     }
-    // The manifest is a hint: a failed append only costs a slower next start.
-    if (manifest->Append(std::as_bytes(std::span(line))).ok()) (void)manifest->Sync();
+    // The manifest is a hint: a failed append only costs the other
+    // processes this entry and this process a slower next start.
+    (void)env->AppendToFile(Path("MANIFEST"), std::as_bytes(std::span(line)), options.durable);
   }
 
   void AddLocked(StoreIndex::Entry entry) {
@@ -104,6 +115,14 @@ struct PromptCacheStore::Impl {
       index.Erase(victim);
     }
   }
+
+  // Applies the lines other processes (and this one) appended to the
+  // manifest since the last call: their entries are indexed (without
+  // reading them: every load checks the file against its key), their
+  // removals forgotten; then evicts over budget. A stat when nothing
+  // changed. Skipped while another thread follows it, and until the
+  // directory is indexed.
+  void FollowManifest();
 
   // Forgets a bad file unless it has been replaced since it was looked up.
   // `counter` is one of the counters above.
@@ -139,11 +158,18 @@ struct PromptCacheStore::Impl {
   // Adds an entry the indexer found unless the file was indexed since (by a
   // Put or a fetch).
   bool AddFoundLocked(StoreIndex::Entry entry);
-  Status CompactManifest();
-  // `text` in a new synced file `staged`, left open for appends.
-  Result<std::unique_ptr<WritableFile>> StageManifest(const std::string& staged, std::string_view text);
-  // When the store closes before the indexer rewrote the manifest: the
-  // lines logged since Open, appended to the old one (whole lines only).
+  // `listed_bytes`: what the indexer read of the manifest, from which
+  // FollowManifest goes on when the compacted one cannot be written.
+  Status CompactManifest(uint64_t listed_bytes, std::string listed_head);
+  // Compacts while the store runs once the manifest has grown to four
+  // times its compacted size (and at least kCompactAtBytes), so that it
+  // stays about one line per entry however long the servers run.
+  static constexpr uint64_t kCompactAtBytes = uint64_t{1} << 20;
+  void CompactManifestIfLong();
+  // `text` in a new synced file `staged`.
+  Status StageManifest(const std::string& staged, std::string_view text);
+  // When the store closes while the indexer compacts the manifest: the
+  // lines logged meanwhile, appended to it.
   void SaveUnloggedLines();
   // Until the directory is indexed: indexes the entries whose keys are
   // prefixes of (model, tokens), found by their file names.

@@ -1,6 +1,8 @@
-// PromptCacheStore: indexing the directory after Open, and finding a
-// prompt's entries by their file names until that is done.
+// PromptCacheStore: indexing the directory after Open, finding a prompt's
+// entries by their file names until that is done, and following the
+// manifest that every process sharing the directory appends to.
 #include <algorithm>
+#include <random>
 
 #include "kvstore/prompt_cache_file.h"
 #include "libkvstore/tiers/prompt_cache_store_impl.h"
@@ -16,6 +18,25 @@ std::optional<std::string_view> FindUserKey(const Metadata& metadata, std::strin
 }
 
 std::string StagedManifestName(Env* env) { return "MANIFEST.kvtmp-" + std::to_string(env->ProcessId()) + "-new"; }
+
+std::string_view AsText(std::span<const std::byte> bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+// The first line of a manifest, newline included ("" when it has none).
+std::string FirstLine(std::span<const std::byte> bytes) {
+  const std::string_view text = AsText(bytes);
+  const size_t nl = text.find('\n');
+  return nl == std::string_view::npos ? std::string() : std::string(text.substr(0, nl + 1));
+}
+
+// A compacted manifest's first line, unique to it, so that a process
+// following the old one notices the new one.
+std::string NewManifestHead(Env* env) {
+  std::random_device random;
+  const uint64_t id = (uint64_t{random()} << 32) | random();
+  return "# kvstore manifest " + std::to_string(env->ProcessId()) + "-" + std::to_string(id) + "\n";
+}
 
 }  // namespace
 
@@ -46,12 +67,25 @@ Status PromptCacheStore::Impl::IndexDirectory() {
     KV_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
     RemoveStaleTempFiles(names, report);
     std::unordered_map<std::string, ManifestEntry> listed;
-    if (auto m = env->OpenReadable(Path("MANIFEST")); m.ok()) listed = ReadManifest((*m)->data());
+    uint64_t listed_bytes = 0;
+    std::string listed_head;
+    if (auto m = env->OpenReadable(Path("MANIFEST")); m.ok()) {
+      size_t used = 0;
+      for (ManifestChange& change : ParseManifestChanges((*m)->data(), &used)) {
+        if (change.entry) {
+          listed[change.file] = std::move(*change.entry);
+        } else {
+          listed.erase(change.file);
+        }
+      }
+      listed_bytes = used;
+      listed_head = FirstLine((*m)->data());
+    }
     for (const std::string& name : names) {
       if (closing) return Status::OK();
       if (name.ends_with(kStoreFileSuffix)) IndexFile(name, listed, report);
     }
-    return CompactManifest();
+    return CompactManifest(listed_bytes, std::move(listed_head));
   }();
   std::lock_guard<std::mutex> l(mu);
   indexed = true;
@@ -65,15 +99,17 @@ Status PromptCacheStore::Impl::IndexDirectory() {
 
 void PromptCacheStore::Impl::RemoveStaleTempFiles(const std::vector<std::string>& names,
                                                   StoreOpenReport& report) {
-  // One process owns the directory, so a temp file of the store's own
-  // pattern is a dead writer's, except those of this process's Puts running
-  // while the indexer works. Other temp files (a kvtool output being written
-  // into the directory) are left alone.
-  const std::string own = ".kvtmp-" + std::to_string(env->ProcessId()) + "-";
+  // A temp file of the store's own pattern is a dead writer's when the
+  // process it names is gone; those of live processes (this one's Puts
+  // running while the indexer works, other servers sharing the directory)
+  // are theirs. Other temp files (a kvtool output being written into the
+  // directory) are left alone.
+  const int64_t self = env->ProcessId();
   for (const std::string& name : names) {
-    if (IsStoreTempFileName(name) && name.find(own) == std::string::npos) {
-      if (env->RemoveFile(Path(name)).ok()) ++report.temp_files_removed;
-    }
+    if (!IsStoreTempFileName(name)) continue;
+    const int64_t pid = StoreTempFilePid(name);
+    if (pid == self || (pid > 0 && env->ProcessAlive(pid))) continue;
+    if (env->RemoveFile(Path(name)).ok()) ++report.temp_files_removed;
   }
 }
 
@@ -126,60 +162,105 @@ void PromptCacheStore::Impl::IndexFile(const std::string& name,
   AddFoundLocked({name, std::move(scanned->key), scanned->bytes, DigestHex(scanned->fingerprint)});
 }
 
-Result<std::unique_ptr<WritableFile>> PromptCacheStore::Impl::StageManifest(const std::string& staged,
-                                                                            std::string_view text) {
+Status PromptCacheStore::Impl::StageManifest(const std::string& staged, std::string_view text) {
   KV_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile(Path(staged)));
   Status s = file->Append(std::as_bytes(std::span(text)));
   if (s.ok()) s = file->Sync();
-  if (!s.ok()) {
-    (void)env->RemoveFile(Path(staged));
-    return s;
-  }
-  return file;
+  if (s.ok()) s = file->Close();
+  if (!s.ok()) (void)env->RemoveFile(Path(staged));
+  return s;
 }
 
-// One "+" line per entry, least recently used first, written to a temp file
-// outside the lock and renamed over MANIFEST: one sync, however many entries.
-Status PromptCacheStore::Impl::CompactManifest() {
-  std::string text;
+// A first line naming it, then one "+" line per entry, least recently used
+// first, written to a temp file outside the lock and renamed over MANIFEST:
+// one sync, however many entries. Lines other processes append between the
+// read and the rename are lost to it (their files are indexed from their
+// headers by the next Open; docs/design.md).
+Status PromptCacheStore::Impl::CompactManifest(uint64_t listed_bytes, std::string listed_head) {
+  std::string text = NewManifestHead(env);
+  const std::string head = text;
   {
     std::lock_guard<std::mutex> l(mu);
     index.ForEach([&](const StoreIndex::Entry& e) {
       text += ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens, e.fingerprint);
     });
-    unlogged.clear();  // in the index, so in `text`
+    compacting = true;
   }
   const std::string staged = StagedManifestName(env);
-  Result<std::unique_ptr<WritableFile>> file = StageManifest(staged, text);
+  Status s = StageManifest(staged, text);
+  std::lock_guard<std::mutex> follow(follow_mu);
   std::lock_guard<std::mutex> l(mu);
-  Status s = file.status();
-  if (s.ok() && !unlogged.empty()) s = (*file)->Append(std::as_bytes(std::span(unlogged)));
-  if (s.ok() && !unlogged.empty()) s = (*file)->Sync();
+  compacting = false;
   if (s.ok()) s = env->RenameFile(Path(staged), Path("MANIFEST"));
-  if (!s.ok()) {
-    if (file.ok()) (void)env->RemoveFile(Path(staged));
-    unlogged = text + unlogged;  // for SaveUnloggedLines
-    return s;
+  if (!s.ok()) (void)env->RemoveFile(Path(staged));
+  // What this process logged meanwhile follows, in either manifest.
+  const std::string logged = std::exchange(unlogged, std::string());
+  if (!logged.empty()) (void)env->AppendToFile(Path("MANIFEST"), std::as_bytes(std::span(logged)), options.durable);
+  if (s.ok()) {
+    followed = text.size();
+    manifest_head = head;
+    compacted_bytes = text.size();
+  } else {
+    followed = listed_bytes;
+    manifest_head = std::move(listed_head);
   }
-  manifest = std::move(file).value();
-  unlogged.clear();
-  return Status::OK();
+  return s;
+}
+
+void PromptCacheStore::Impl::CompactManifestIfLong() {
+  uint64_t bytes = 0;
+  std::string head;
+  {
+    std::lock_guard<std::mutex> follow(follow_mu);
+    if (followed < kCompactAtBytes || followed < 4 * compacted_bytes) return;
+    bytes = followed;
+    head = manifest_head;
+  }
+  if (compacting_now.exchange(true)) return;  // another thread is at it
+  (void)CompactManifest(bytes, std::move(head));  // a hint: on failure, it only stays long
+  compacting_now = false;
 }
 
 void PromptCacheStore::Impl::SaveUnloggedLines() {
-  if (manifest != nullptr || unlogged.empty()) return;
-  std::string text;
-  if (auto old = env->OpenReadable(Path("MANIFEST")); old.ok()) {
-    const std::span<const std::byte> bytes = (*old)->data();
-    text.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    text.erase(text.rfind('\n') + 1);  // a torn last line
-  }
-  text += unlogged;
-  const std::string staged = StagedManifestName(env);
+  std::lock_guard<std::mutex> l(mu);
+  if (unlogged.empty()) return;
   // A hint: when this fails, the next Open reads these files' headers.
-  if (StageManifest(staged, text).ok() && !env->RenameFile(Path(staged), Path("MANIFEST")).ok()) {
-    (void)env->RemoveFile(Path(staged));
+  (void)env->AppendToFile(Path("MANIFEST"), std::as_bytes(std::span(unlogged)), options.durable);
+  unlogged.clear();
+}
+
+void PromptCacheStore::Impl::FollowManifest() {
+  std::unique_lock<std::mutex> follow(follow_mu, std::try_to_lock);
+  if (!follow.owns_lock()) return;  // another thread is at it
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (!indexed) return;
   }
+  Result<Env::FileStat> stat = env->Stat(Path("MANIFEST"));
+  if (!stat.ok() || stat->size == followed) return;
+  Result<std::shared_ptr<const ReadableFile>> file = env->OpenReadable(Path("MANIFEST"));
+  if (!file.ok()) return;
+  const std::span<const std::byte> bytes = (*file)->data();
+  if (bytes.size() < followed || FirstLine(bytes) != manifest_head) {  // compacted since: read it all
+    followed = 0;
+    manifest_head = FirstLine(bytes);
+  }
+  size_t used = 0;
+  std::vector<ManifestChange> changes = ParseManifestChanges(bytes.subspan(followed), &used);
+  followed += used;
+  std::lock_guard<std::mutex> l(mu);
+  for (ManifestChange& change : changes) {
+    if (!change.entry) {
+      index.Erase(change.file);  // removed by its process (evicted, or dropped as bad)
+      continue;
+    }
+    ManifestEntry& e = *change.entry;
+    // A line whose name is not its key's is never indexed (the file it
+    // names is checked against the key at every load anyway).
+    if (StoreFileName(e.key.model, e.key.tokens) != change.file) continue;
+    AddFoundLocked({change.file, std::move(e.key), e.bytes, std::move(e.fingerprint)});
+  }
+  EvictLocked();
 }
 
 void PromptCacheStore::Impl::IndexPrefixesByName(const std::string& model, std::span<const int32_t> tokens) {

@@ -60,6 +60,17 @@ bool IsStoreTempFileName(std::string_view name) {
          base.substr(0, kHexDigits).find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
+int64_t StoreTempFilePid(std::string_view name) {
+  constexpr std::string_view kTemp = ".kvtmp-";
+  const size_t at = name.find(kTemp);
+  if (at == std::string_view::npos) return -1;
+  name.remove_prefix(at + kTemp.size());
+  int64_t pid = -1;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+  if (ec != std::errc() || end == name.data() || end == name.data() + name.size() || *end != '-') return -1;
+  return pid;
+}
+
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens) {
   return {{std::string(kModelKey), std::string(model)}, {std::string(kTokensKey), TokensText(tokens)}};
 }
@@ -85,24 +96,39 @@ std::string ManifestAddLine(std::string_view file, int64_t bytes, std::string_vi
 
 std::string ManifestRemoveLine(std::string_view file) { return "- " + std::string(file) + "\n"; }
 
-std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data) {
-  std::unordered_map<std::string, ManifestEntry> out;
-  std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
+std::vector<ManifestChange> ParseManifestChanges(std::span<const std::byte> data, size_t* used) {
+  std::vector<ManifestChange> out;
+  const std::string_view all(reinterpret_cast<const char*>(data.data()), data.size());
+  std::string_view text = all;
   while (true) {
     const size_t nl = text.find('\n');
     if (nl == std::string_view::npos) break;  // the end, or a torn last line
     const std::vector<std::string_view> parts = SplitSpaces(text.substr(0, nl));
     text.remove_prefix(nl + 1);
     if (parts.size() == 2 && parts[0] == "-") {
-      out.erase(std::string(parts[1]));
+      out.push_back({std::string(parts[1]), std::nullopt});
     } else if ((parts.size() == 5 || parts.size() == 6) && parts[0] == "+") {
       int64_t bytes = 0;
       auto [p, ec] = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), bytes);
       std::optional<std::string> model = HexDecode(Dash(parts[3]));
       std::optional<std::vector<int32_t>> tokens = ParseTokens(Dash(parts[4]));
-      if (ec != std::errc() || p != parts[2].data() + parts[2].size() || !model || !tokens) continue;
+      if (ec != std::errc() || p != parts[2].data() + parts[2].size() || bytes < 0 || !model || !tokens) continue;
       const std::string fingerprint(parts.size() == 6 ? Dash(parts[5]) : std::string_view());
-      out[std::string(parts[1])] = ManifestEntry{StoreKey{std::move(*model), std::move(*tokens)}, bytes, fingerprint};
+      out.push_back({std::string(parts[1]),
+                     ManifestEntry{StoreKey{std::move(*model), std::move(*tokens)}, bytes, fingerprint}});
+    }
+  }
+  if (used != nullptr) *used = all.size() - text.size();
+  return out;
+}
+
+std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data) {
+  std::unordered_map<std::string, ManifestEntry> out;
+  for (ManifestChange& change : ParseManifestChanges(data, nullptr)) {
+    if (change.entry) {
+      out[change.file] = std::move(*change.entry);
+    } else {
+      out.erase(change.file);
     }
   }
   return out;

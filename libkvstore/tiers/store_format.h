@@ -37,10 +37,12 @@ std::vector<std::string> StoreFileNamesOfPrefixes(std::string_view model, std::s
 // True for a temp file of the store's own writes: "<entry name>.kvtmp-..."
 // (a Put's staged file, and the atomic writer's temp file of it), the
 // manifest's "MANIFEST.kvtmp-...", and "kvstore-models.json.kvtmp-..." (the
-// Python tiers keep their models file in the store's directory). The store
-// holds the directory's lock, so at Open every one that another process
-// named is a leftover.
+// Python tiers keep their models file in the store's directory).
 bool IsStoreTempFileName(std::string_view name);
+// The pid in such a name ("<base>.kvtmp-<pid>-..."), or -1. Several
+// processes share a directory: a temp file is a leftover only when the
+// process that named it is gone.
+int64_t StoreTempFilePid(std::string_view name);
 
 // The user metadata that records the key in the entry's file.
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens);
@@ -62,9 +64,19 @@ struct ManifestEntry {
   int64_t bytes = 0;
   std::string fingerprint{};  // hex digest; empty when the file records none
 };
+// One line of the log: `entry` set for a "+" line, unset for a "-" line.
+struct ManifestChange {
+  std::string file;
+  std::optional<ManifestEntry> entry;
+};
+// The changes of the whole lines in `data`, in order; `*used` gets the
+// bytes they span (a torn last line is left for a later read). Malformed
+// lines (and "#" lines: a compacted manifest's first line names it) are
+// skipped: the manifest is a hint, and every file it names is checked
+// against it before it is served.
+std::vector<ManifestChange> ParseManifestChanges(std::span<const std::byte> data, size_t* used);
 // The entries a manifest lists (file name -> last "+" line not removed
-// since). Malformed lines and a torn last line are ignored: the manifest is
-// a hint, and every file it names is checked against it.
+// since).
 std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data);
 
 }  // namespace kvstore

@@ -10,6 +10,10 @@ The file is a hint: a hostile or broken one is ignored (logged), and every entry
 tier serves is still checked against the fingerprint used. A process that knows better
 (an insert of its own, or ``register_model``) overrides it.
 
+Servers of one machine may share the directory: a model this process does not know is
+looked up in the file again when it has changed (a stat per lookup until then), and a
+write keeps what the file says of the models this process does not know.
+
 No lock: the table is one dict (each get and set is atomic under the GIL), and each write
 goes through a temp file of its own, so threads remembering at once each replace the file
 with a complete snapshot of the table (a change made meanwhile reaches the file with the
@@ -34,11 +38,16 @@ class StoredStructures:
     def __init__(self, directory):
         self._path = os.path.join(os.fspath(directory), FILE_NAME)
         self._writes = itertools.count()  # temp file names (next() is atomic under the GIL)
+        self._seen = self._stamp()
         self._by_name = self._read()
 
     def get(self, name):
         """The last fingerprint stored for the model named ``name``, or None."""
-        return self._by_name.get(name)
+        found = self._by_name.get(name)
+        if found is None and self._stamp() != self._seen:  # another server wrote it since
+            self._merge_file()
+            found = self._by_name.get(name)
+        return found
 
     def remember(self, name, fingerprint):
         """Record ``fingerprint`` as what ``name`` makes now; writes the file (atomically)
@@ -47,10 +56,24 @@ class StoredStructures:
         if current is not None and current == fingerprint:
             return
         self._by_name[name] = fingerprint
+        self._merge_file()  # the models other servers of this directory recorded
         try:
             self._write(dict(self._by_name))
         except OSError as e:
             log.warning("kvstore: cannot record the cache structure in %s: %s", self._path, e)
+
+    def _stamp(self):
+        try:
+            st = os.stat(self._path)
+            return (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            return None
+
+    def _merge_file(self):
+        """Adds the models the file names that this process does not know."""
+        self._seen = self._stamp()
+        for name, fingerprint in self._read().items():
+            self._by_name.setdefault(name, fingerprint)
 
     def _read(self):
         try:

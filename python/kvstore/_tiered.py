@@ -82,7 +82,10 @@ class TieredPromptCache:
         """A cache of at most ``max_size`` entries and ``max_bytes`` bytes in memory, as
         LRUPromptCache(max_size, max_bytes).
 
-        directory: the disk tier's folder (``~`` expanded), holding at most ``disk_bytes``; redis: the shared tier's ``redis://[USER:PASSWORD@]HOST:PORT`` URL,
+        directory: the disk tier's folder (``~`` expanded), holding at most ``disk_bytes``,
+        which servers of one machine may share; redis: the shared tier's
+        ``redis://[USER:PASSWORD@]HOST:PORT`` URL (default: the KVSTORE_REDIS_URL
+        environment variable; unset or empty: none),
         its keys under ``redis_key_prefix``, sealed with ``redis_secret`` (default: the
         KVSTORE_SHARED_SECRET environment variable) in chunks of ``redis_chunk_tokens``;
         disk_queue: how many inserts may wait for the disk. ``redis_namespace`` is a deprecated
@@ -91,6 +94,8 @@ class TieredPromptCache:
         """
         redis_key_prefix = _deprecated_alias("redis_namespace", redis_namespace, "redis_key_prefix",
                                              redis_key_prefix, "kvstore:")
+        if redis is None:
+            redis = os.environ.get(_kvstore.REDIS_URL_ENV) or None  # unset or empty: no shared tier
         if redis_secret is None:
             redis_secret = os.environ.get(_kvstore.SHARED_SECRET_ENV)  # as kvtool and prompt_cache_sim
         self.max_size = max_size

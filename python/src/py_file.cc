@@ -89,7 +89,7 @@ void Save(const std::filesystem::path& file, const py::object& layers, const py:
   const std::optional<DigestAlgorithm> digest = ParseIntegrity(integrity);
   options.integrity = digest.has_value();
   options.digest = digest.value_or(DigestAlgorithm::kSha256);
-  options.durable = durable;
+  options.durability = durable ? Durability::kAlways : Durability::kNone;
   options.threads = threads;
   const PromptCache cache = LayersFromPython(layers);
   const Metadata md = MetadataFromPython(metadata);

@@ -146,6 +146,10 @@ void RegisterSharedTier(py::module_& m) {
   // Where the seal's secret comes from when none is given, as for kvtool and
   // prompt_cache_sim (apps/common/secret.h).
   m.attr("SHARED_SECRET_ENV") = "KVSTORE_SHARED_SECRET";
+  // Where TieredPromptCache takes the shared tier's URL from when none is
+  // given: a fleet turns the tier on without a code change or a password
+  // on a command line.
+  m.attr("REDIS_URL_ENV") = "KVSTORE_REDIS_URL";
 }
 
 }  // namespace kvstore::python

@@ -5,7 +5,9 @@ server's own code is mlx-ref's, patched with the diff docs/python.md shows. Gree
 are compared with the unpatched server's; a restart must serve from disk on its first
 request and after other traffic; a prompt the disk holds whole (a regenerate after a
 restart) must be answered, not hang; a SIGKILL and corrupt entries leave clean misses, and
-the corrupt entries are logged.
+the corrupt entries are logged. Two servers on one directory both run and serve each
+other's entries; two servers on one Redis with a secret, with the model at two paths
+(separate copies, as two machines have), share through it.
 """
 
 import json
@@ -61,11 +63,11 @@ def patched_package(tmp_path_factory, model_dir):
 
 
 class Server:
-    def __init__(self, model_dir, pythonpath, home):
+    def __init__(self, model_dir, pythonpath, home, **env_vars):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, pythonpath)), HOME=str(home))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, pythonpath)), HOME=str(home), **env_vars)
         self.log = open(home / f"server-{self.port}.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir),
                                       "--host", "127.0.0.1", "--port", str(self.port)],
@@ -81,7 +83,8 @@ class Server:
         raise AssertionError("server did not start: " + self.output())
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return open(self.log.name).read()
 
     def chat(self, messages):
@@ -180,3 +183,72 @@ def test_the_patched_server_answers_as_the_unpatched_one_and_restarts_warm(model
         last.stop()
     assert answer[0] == want[3]
     assert "kvstore: disk tier removed a bad entry" in log
+
+
+def _patched(patched_package):
+    return [STUBS, patched_package, PACKAGE, MLX_REF_PYTHON]
+
+
+def _wait_for_entries(store, at_least, timeout=20):
+    """Waits until `store` holds `at_least` entries (the writes are queued after a response)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if store.is_dir() and len(list(store.glob("*.safetensors"))) >= at_least:
+            time.sleep(0.5)  # the manifest line follows the rename
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {at_least} entries in {store} after {timeout} s")
+
+
+def test_two_servers_on_one_directory_both_run_and_share(model_dir, patched_package, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    store = home / ".cache" / "mlx-lm" / "prompt-caches"
+    a = Server(model_dir, _patched(patched_package), home)
+    try:
+        b = Server(model_dir, _patched(patched_package), home)  # the same directory, at once
+        try:
+            first = a.chat(REQUESTS[0])
+            _wait_for_entries(store, 1)
+            shared = b.chat(REQUESTS[0])  # B's first request: A's entry, from disk
+            assert shared[0] == first[0] and shared[1] == shared[2] - 1, (first, shared)
+            entries = len(list(store.glob("*.safetensors")))
+            other = b.chat(conversation("moss", 1))
+            _wait_for_entries(store, entries + 1)
+            back = a.chat(conversation("moss", 1))  # and the other way
+            assert back[0] == other[0] and back[1] == back[2] - 1, (other, back)
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def test_two_servers_on_one_redis_with_a_secret_share_across_model_paths(model_dir, patched_package, tmp_path):
+    from test_tiered_redis import _redis_url
+
+    url = _redis_url()
+    if not url:
+        pytest.skip("no Redis: run through ctest (fixture redis_services_start, needs redis-server) "
+                    "or set KVSTORE_TEST_REDIS_URL")
+    # Two machines: each its own home (disk tier) and its own copy of the model, at
+    # another path with other mtimes; one Redis, one secret (a fresh one: its own keys).
+    copy = tmp_path / "elsewhere" / "model"
+    shutil.copytree(model_dir, copy)
+    env = {"KVSTORE_REDIS_URL": url, "KVSTORE_SHARED_SECRET": "fleet secret " + os.urandom(8).hex()}
+    homes = [tmp_path / "home-a", tmp_path / "home-b"]
+    for h in homes:
+        h.mkdir()
+    prompt = conversation("tides", 1)
+    a = Server(model_dir, _patched(patched_package), homes[0], **env)
+    b = Server(copy, _patched(patched_package), homes[1], **env)
+    try:
+        first = a.chat(prompt)
+        a.stop()  # drains its queued writes, to Redis too
+        shared = b.chat(prompt)
+    finally:
+        b.stop()
+        if a.proc.poll() is None:
+            a.stop()
+    assert shared[0] == first[0]
+    assert shared[1] >= 256, shared  # at least one whole chunk from Redis (B's disk is empty)
+    assert url not in a.output() + b.output()  # the URL carries no password here, but never logged

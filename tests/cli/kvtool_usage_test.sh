@@ -52,6 +52,15 @@ expect_exit 0 "" -- convert --integrity "$f16" -o "$tmp/i.safetensors" -q
 "$kvtool" convert --help | grep -q -- '--compress\[=LEVEL\]' || fail "convert --help does not show --compress[=LEVEL]"
 grep -q -- '--compress\[=LEVEL\]' "$source/docs/cli.md" || fail "docs/cli.md does not show --compress[=LEVEL]"
 
+# --sync / --no-sync (the fsyncs themselves: atomic_write_test's DurabilitySyncsAsAsked).
+usage_error "--sync excludes --no-sync" -- convert "$f16" -o "$tmp/x" --sync --no-sync
+usage_error "--sync excludes --no-sync" -- trim "$f16" -n 1 -o "$tmp/x" --sync --no-sync
+expect_exit 0 "" -- convert "$f16" -o "$tmp/s.safetensors" --sync -q
+expect_exit 0 "" -- trim "$tmp/s.safetensors" -n 1 -o "$tmp/s.safetensors" --no-sync -q
+[[ $("$kvtool" inspect "$tmp/s.safetensors" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["offset"])') == \
+   $(($("$kvtool" inspect "$f16" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["layers"][0]["offset"])') - 1)) ]] ||
+  fail "trim --no-sync over its input did not trim it"
+
 # Empty values are refused, not taken for the default.
 usage_error "--kv-type: must not be empty" -- convert "$f16" -o "$tmp/x" --to llama.cpp --model "$model" --kv-type ""
 usage_error "--to: must not be empty" -- convert "$f16" -o "$tmp/x" --to ""

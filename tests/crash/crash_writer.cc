@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     // As the disk tier writes: XXH3-128 digests, temp file + rename without fsync.
     if (std::strcmp(argv[i], "fast") == 0) {
       options.digest = kvstore::DigestAlgorithm::kXxh3_128;
-      options.durable = false;
+      options.durability = kvstore::Durability::kNone;
     }
   }
   for (int i = 0;; ++i) {
