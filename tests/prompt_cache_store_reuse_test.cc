@@ -187,3 +187,62 @@ TEST_F(PromptCacheStoreTest, UntrimmableLongerEntryIsNotServedAndLearned) {
 
 }  // namespace
 }  // namespace kvstore
+
+namespace kvstore {
+namespace {
+
+using ::kvstore::testing::CacheOf;
+using PromptCacheStoreTest = ::kvstore::testing::PromptCacheStoreTest;
+
+// A trimmable entry supersedes its stored prefixes of >= 32 tokens (one
+// lookup granule) of the same model configuration: a prompt and then
+// prompt + completion cost one file, and each prefix is still served,
+// from the longer entry.
+TEST_F(PromptCacheStoreTest, ATrimmableEntrySupersedesItsStoredPrefixes) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", Span(1, 20), CacheOf(20, 1)));   // under one granule: kept
+  ASSERT_OK(store->Put("m", Span(1, 40), CacheOf(40, 2)));   // the prompt
+  ASSERT_OK(store->Put("other", Span(1, 50), CacheOf(50, 3)));  // another model key: kept
+  ASSERT_OK(store->Put("m", Span(1, 90), CacheOf(90, 4)));   // prompt + completion
+  EXPECT_EQ(store->entries(), 3);
+  EXPECT_EQ(store->prefixes_superseded(), 1);
+  std::string got;
+  EXPECT_EQ(Fetch(*store, Span(1, 40), &got), 40);  // from the longer entry, trimmed
+  EXPECT_EQ(got, TrimmedFingerprint(90, 4, 40));
+  EXPECT_EQ(Fetch(*store, Then(Span(1, 20), 999), &got), 20);
+  EXPECT_EQ(got, Want(20, 1));
+  // The next turn supersedes the last one, and a reopened store agrees.
+  ASSERT_OK(store->Put("m", Span(1, 150), CacheOf(150, 5)));
+  EXPECT_EQ(store->entries(), 3);
+  EXPECT_EQ(store->prefixes_superseded(), 2);
+  store.reset();
+  store = OpenStore();
+  EXPECT_EQ(store->entries(), 3);
+  EXPECT_EQ(Fetch(*store, Span(1, 90), &got), 90);
+  EXPECT_EQ(got, TrimmedFingerprint(150, 5, 90));
+}
+
+// An entry with a layer that cannot be trimmed serves no shorter prompt:
+// its prefixes stay. So does a prefix written for another configuration
+// of the same model key (another dtype here).
+TEST_F(PromptCacheStoreTest, PrefixesStayWhenTheLongerEntryCannotServeThem) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  auto arrays = std::make_shared<ArraysCache>(1);
+  ASSERT_OK(arrays->SetSlot(0, ::kvstore::testing::RandomArray(DType::kF16, {1, 4}, 3)));
+  PromptCache hybrid = CacheOf(90, 7);
+  hybrid.push_back(arrays);
+  ASSERT_OK(store->Put("m", Span(1, 40), CacheOf(40, 2)));
+  ASSERT_OK(store->Put("m", Span(1, 90), hybrid));
+  EXPECT_EQ(store->entries(), 2);
+
+  auto f32 = std::make_shared<KVCache>();
+  ASSERT_OK(f32->UpdateAndFetch(::kvstore::testing::RandomArray(DType::kF32, {1, 2, 90, 8}, 5),
+                                ::kvstore::testing::RandomArray(DType::kF32, {1, 2, 90, 8}, 6)));
+  ASSERT_OK(store->Put("n", Span(1, 40), CacheOf(40, 2)));
+  ASSERT_OK(store->Put("n", Span(1, 90), {f32}));
+  EXPECT_EQ(store->entries(), 4);
+  EXPECT_EQ(store->prefixes_superseded(), 0);
+}
+
+}  // namespace
+}  // namespace kvstore

@@ -128,7 +128,12 @@ class PromptCacheStore {
   PromptCacheStore& operator=(const PromptCacheStore&) = delete;
 
   // Saves (atomically) the cache for (model, tokens), replacing an entry
-  // with the same key, then evicts least recently used files over budget.
+  // with the same key. When every layer of `cache` can be trimmed, the
+  // stored entries of its strict prefixes (same model key and fingerprint)
+  // of at least 32 tokens (a longer entry is found through its first 32k
+  // tokens) are removed: this entry serves them, trimmed, as mlx-lm's
+  // LRUPromptCache does in memory (prefixes_superseded()). Then evicts
+  // least recently used files over budget.
   // Records the cache's fingerprint under `model` when it has one.
   // InvalidArgument for empty tokens (such an entry could never be served)
   // and for a layer (CacheList children included) whose token offset is not
@@ -179,6 +184,8 @@ class PromptCacheStore {
   // dtype F16 != BF16 (file != asked)".
   int64_t fingerprint_refused() const;
   std::string last_refusal() const;
+  // Entries removed by a Put whose longer, trimmable entry serves them.
+  int64_t prefixes_superseded() const;
   // The files removed as bad since the last call, each "<file>: <why>"
   // (failing to load or verify, holding another key or configuration than
   // indexed, dropped while indexing the directory), for a caller that logs

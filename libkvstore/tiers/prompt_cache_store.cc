@@ -8,6 +8,7 @@
 #include "kvstore/prompt_cache_file.h"
 #include "kvstore/user_path.h"
 #include "libkvstore/cache/cache_leaves.h"
+#include "libkvstore/tiers/granule_index.h"
 #include "libkvstore/tiers/prompt_cache_store_impl.h"
 
 namespace kvstore {
@@ -77,6 +78,13 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
     (void)env->RemoveFile(Path(staged));
     return size.status();
   }
+  // A cache every layer of which can be trimmed serves each of its prefixes
+  // (trimmed, as a fetch does with a longer entry): the stored prefixes of
+  // the same model configuration go, as mlx-lm's LRUPromptCache removes
+  // them from memory, so a prompt and then prompt + completion, or the
+  // turns of one conversation, cost one file, not one per step.
+  const bool supersedes = CanTrimPromptCache(cache);
+  const std::vector<uint64_t> hashes = supersedes ? PrefixHashes(model, tokens) : std::vector<uint64_t>();
   {
     std::lock_guard<std::mutex> l(mu);
     if (Status renamed = env->RenameFile(Path(staged), Path(file)); !renamed.ok()) {
@@ -84,12 +92,34 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
       return renamed;
     }
     AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},
-               static_cast<int64_t>(*size), DigestHex(fingerprint), 0, CanTrimPromptCache(cache)});
+               static_cast<int64_t>(*size), DigestHex(fingerprint), 0, supersedes});
+    if (supersedes) RemovePrefixesLocked(model, DigestHex(fingerprint), tokens, hashes);
     EvictLocked();
   }
   CompactManifestIfLong();
   // The rename's durability; the entry is indexed either way.
   return options.durable ? env->SyncDir(dir) : Status::OK();
+}
+
+void PromptCacheStore::Impl::RemovePrefixesLocked(const std::string& model, const std::string& fingerprint,
+                                                  std::span<const int32_t> tokens,
+                                                  std::span<const uint64_t> hashes) {
+  // A fetch finds a longer entry through the hashes of its first k*G
+  // tokens (GranuleIndex): a prefix shorter than one granule would no
+  // longer be found, so it stays.
+  constexpr size_t kShortest = GranuleIndex<int>::kGranule;
+  for (size_t max_len = tokens.size() - 1; max_len >= kShortest;) {
+    const StoreIndex::Entry* e = index.FindLongestPrefix(model, tokens, hashes, max_len);
+    if (e == nullptr || e->key.tokens.size() < kShortest) return;
+    max_len = e->key.tokens.size() - 1;
+    // Another configuration's entry (another --kv-bits, say) is not served
+    // by this one: kept.
+    if (e->fingerprint != fingerprint) continue;
+    const std::string victim = e->file;
+    RemoveLocked(victim);
+    index.Erase(victim);
+    ++prefixes_superseded;
+  }
 }
 
 void PromptCacheStore::Impl::Refuse(const std::string& file, const ModelFingerprint& asked) {
@@ -146,6 +176,10 @@ int64_t PromptCacheStore::mismatched_dropped() const {
 int64_t PromptCacheStore::fingerprint_refused() const {
   std::lock_guard<std::mutex> l(impl_->mu);
   return impl_->fingerprint_refused;
+}
+int64_t PromptCacheStore::prefixes_superseded() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->prefixes_superseded;
 }
 std::string PromptCacheStore::last_refusal() const {
   std::lock_guard<std::mutex> l(impl_->mu);

@@ -50,6 +50,7 @@ struct PromptCacheStore::Impl {
   int64_t corrupt_dropped = 0;
   int64_t mismatched_dropped = 0;
   int64_t fingerprint_refused = 0;
+  int64_t prefixes_superseded = 0;  // entries removed because a longer trimmable one serves them
   std::string last_refusal;
   std::atomic<uint64_t> next_staged{0};    // names Put's temp files
 
@@ -123,6 +124,11 @@ struct PromptCacheStore::Impl {
   // changed. Skipped while another thread follows it, and until the
   // directory is indexed.
   void FollowManifest();
+
+  // Removes the entries of (model, a strict prefix of `tokens`) written for
+  // `fingerprint`. REQUIRES: hashes = PrefixHashes(model, tokens).
+  void RemovePrefixesLocked(const std::string& model, const std::string& fingerprint,
+                            std::span<const int32_t> tokens, std::span<const uint64_t> hashes);
 
   // Forgets a bad file unless it has been replaced since it was looked up.
   // `counter` is one of the counters above.

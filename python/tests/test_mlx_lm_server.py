@@ -144,7 +144,14 @@ def test_the_patched_server_answers_as_the_unpatched_one_and_restarts_warm(model
     assert [answer for answer, _, _ in got] == want
     assert got[1][1] == got[1][2] - 1  # the repeated prompt: all but its last token from memory
     store = home / ".cache" / "mlx-lm" / "prompt-caches"
-    assert any(p.suffix == ".safetensors" for p in store.iterdir())
+    keys, disk_bytes, distinct_kv_bytes = _stored_keys(store)
+    assert keys
+    # A prompt and then prompt + completion (and the server's checkpoints inside a prompt)
+    # cost one entry: no stored key is a prefix (of >= 32 tokens) of another.
+    for k in keys:
+        assert not any(len(k) >= 32 and o != k and o[:len(k)] == k for o in keys), "a stored prefix was kept"
+    print(f"disk tier: {len(keys)} entries, {disk_bytes} bytes for {distinct_kv_bytes} KV bytes of distinct "
+          f"tokens ({disk_bytes / distinct_kv_bytes:.2f}x)")
 
     # A restart: the first request is served from disk, as is an old conversation after
     # unrelated traffic; a prompt the disk holds whole (the regenerate) is answered.
@@ -183,6 +190,27 @@ def test_the_patched_server_answers_as_the_unpatched_one_and_restarts_warm(model
         last.stop()
     assert answer[0] == want[3]
     assert "kvstore: disk tier removed a bad entry" in log
+
+
+def _stored_keys(store):
+    """(the token keys of the disk tier's entries, their files' bytes, the KV bytes of the
+    distinct tokens they hold: a token position counts once however many entries hold it)."""
+    keys, disk_bytes, per_token = [], 0, 0
+    for f in store.glob("*.safetensors"):
+        info = kvstore.inspect(str(f))
+        tokens = tuple(int(t) for t in info["metadata"]["kvstore_tokens"].split(","))
+        keys.append(tokens)
+        disk_bytes += info["file_bytes"]
+        per_token = info["tensor_bytes"] / len(tokens)
+    ordered = sorted(keys)
+    shared = 0  # trie nodes counted twice: the common prefix of neighbours in sorted order
+    for a, b in zip(ordered, ordered[1:]):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        shared += n
+    distinct = sum(map(len, keys)) - shared
+    return keys, disk_bytes, int(distinct * per_token)
 
 
 def _patched(patched_package):

@@ -391,7 +391,7 @@ cache = TieredPromptCache(directory={str(store)!r})
 stop_on_sigterm()
 for n in range(1, 9):
     c = KVCache(); c.update_and_fetch(mx.ones((1, 8, 512 * n, 64)), mx.ones((1, 8, 512 * n, 64)))
-    cache.insert_cache(("m", None), list(range(512 * n)), [c])
+    cache.insert_cache(("m", None), [n] + list(range(512 * n - 1)), [c])  # no entry a prefix of another
 try:
     print("ready", flush=True)  # inside the try: SIGTERM may come at once
     while True:  # mlx_lm.server's httpd.serve_forever()

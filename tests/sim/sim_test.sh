@@ -90,7 +90,10 @@ swap() { mv "$1" "$1.swap" && mv "$2" "$1" && mv "$1.swap" "$2"; }
 fault() { rm -rf "${dir:?}/$1" && cp -r "$dir/base" "$dir/$1"; }
 # The fault runs: no memory tier (every fetch reaches the disk) and prompts
 # without a new message, so that the system prompts' own entries are served.
-fault_args=(--threads 1 --requests 100 --max-entries 0 --tail-tokens 0 --seed 5)
+# System prompts of 24 tokens: shorter than one lookup granule (32), their
+# entries are kept beside the longer ones that extend them (a longer,
+# trimmable entry supersedes its stored prefixes of 32 tokens or more).
+fault_args=(--threads 1 --requests 100 --max-entries 0 --tail-tokens 0 --seed 5 --system-tokens 24)
 # run NAME: the base run's traffic again on $dir/NAME.
 run() {
   "$sim" "${fault_args[@]}" --store "$dir/$1" --metrics "$dir/$1.prom" > "$dir/$1.out" ||
@@ -100,7 +103,7 @@ run() {
 
 if [[ $mode == faults ]]; then
   "$sim" "${fault_args[@]}" --store "$dir/base" > "$dir/base.out" || fail "base run"
-  mapfile -t systems < <(entries "$dir/base" | awk '$3 == 48')  # the shared system prompts
+  mapfile -t systems < <(entries "$dir/base" | awk '$3 == 24')  # the shared system prompts
   ((${#systems[@]} >= 2)) || { echo "FAIL: ${#systems[@]} system-prompt entries in the base store"; exit 1; }
   read -r s1_file s1_bytes _ s1_tokens <<< "${systems[0]}"
   read -r s2_file s2_bytes _ _ <<< "${systems[1]}"
@@ -108,7 +111,7 @@ if [[ $mode == faults ]]; then
   # Edited manifest: a longer entry's line claims the first system prompt's
   # tokens, whose own file is gone. The line is ignored, the file read.
   fault edited
-  read -r long_file _ < <(entries "$dir/edited" | awk -v p="$s1_tokens," '$3 > 48 && index($4, p) == 1')
+  read -r long_file _ < <(entries "$dir/edited" | awk -v p="$s1_tokens," '$3 > 24 && index($4, p) == 1')
   [[ -n $long_file ]] || fail "edited: no entry extends the system prompt"
   rm "$dir/edited/$s1_file"
   set_field "$dir/edited" "$long_file" 5 "$s1_tokens"
