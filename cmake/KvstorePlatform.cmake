@@ -56,6 +56,8 @@ if(NOT KVSTORE_HAVE_RLIMIT_NICE)
 endif()
 # The tests' Redis servers die with their test (prctl PR_SET_PDEATHSIG).
 kvstore_check_linux_only(KVSTORE_HAVE_PDEATHSIG PR_SET_PDEATHSIG "sys/prctl.h")
+# In-kernel copies between files (kvtool convert of a plain file to a plain file).
+kvstore_check_linux_only(KVSTORE_HAVE_COPY_FILE_RANGE copy_file_range "unistd.h")
 # POSIX, but macOS declares no fdatasync().
 kvstore_check_linux_only(KVSTORE_HAVE_FDATASYNC fdatasync "unistd.h")
 # The tests' and prompt_cache_sim's /proc/self (fd, statm, exe).

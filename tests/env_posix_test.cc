@@ -241,3 +241,41 @@ TEST(PosixEnvTest, NewWritableFileEmptiesAnExistingFile) {
 
 }  // namespace
 }  // namespace kvstore::testing
+
+namespace kvstore::testing {
+namespace {
+
+std::vector<std::byte> Pattern(size_t n, uint8_t seed) {
+  std::vector<std::byte> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = std::byte(static_cast<uint8_t>(i * 31 + seed));
+  return out;
+}
+
+// AppendCopyOf copies a range of a mapped file (in the kernel where it
+// can), after what was appended before; a file replaced since it was
+// mapped is copied from the mapping, so the copy is always what was mapped.
+TEST(PosixEnvTest, AppendCopyOfCopiesWhatWasMapped) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::vector<std::byte> old_bytes = Pattern(3 << 20, 1), new_bytes = Pattern(3 << 20, 2);
+  ASSERT_OK(WriteStringAtomic(env, tmp.Join("src"), old_bytes));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const ReadableFile> src, env->OpenReadable(tmp.Join("src")));
+  for (bool replaced : {false, true}) {
+    if (replaced) {
+      ASSERT_OK(WriteStringAtomic(env, tmp.Join("src"), new_bytes));
+    }
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> out, env->NewWritableFile(tmp.Join("out")));
+    ASSERT_OK(out->Append(std::span(old_bytes).first(5)));
+    ASSERT_OK(out->AppendCopyOf(*src, 100, (2 << 20) + 7));
+    ASSERT_OK(out->AppendCopyOf(*src, 0, 3));  // small: through memory
+    EXPECT_EQ(out->size(), 5u + (2 << 20) + 7 + 3);
+    ASSERT_OK(out->Close());
+    std::vector<std::byte> want(old_bytes.begin(), old_bytes.begin() + 5);
+    want.insert(want.end(), old_bytes.begin() + 100, old_bytes.begin() + 100 + (2 << 20) + 7);
+    want.insert(want.end(), old_bytes.begin(), old_bytes.begin() + 3);
+    EXPECT_TRUE(ReadFileBytes(tmp.Join("out")) == want) << (replaced ? "replaced source" : "source");
+  }
+}
+
+}  // namespace
+}  // namespace kvstore::testing

@@ -83,6 +83,15 @@ class WritableFile {
   virtual Status Close() = 0;
   // Bytes appended so far.
   virtual uint64_t size() const = 0;
+  // Appends bytes [offset, offset + length) of `source`, as
+  // Append(source.data().subspan(offset, length)) does. The POSIX file
+  // copies them inside the kernel (copy_file_range, where the system has
+  // it) when `source` is a POSIX mapping of a file that is still the one
+  // mapped, without touching the mapping. REQUIRES: the range lies in source.
+  virtual Status AppendCopyOf(const ReadableFile& source, uint64_t offset, uint64_t length) {
+    source.WillRead(offset, length);
+    return Append(source.data().subspan(offset, length));
+  }
   // Hint that Sync() will not be called (a cache written without fsync): a
   // file that hands written ranges to the device early, so that a final
   // Sync has little left to do, stops doing so. No effect on the content.

@@ -164,6 +164,17 @@ class PlainSink {
     return Status::OK();
   }
 
+  // Bytes [at, at + n) of the plain file `source`: copied file to file
+  // (WritableFile::AppendCopyOf, in the kernel where it can) when the
+  // output is plain too.
+  Status EmitCopy(const ReadableFile& source, uint64_t at, uint64_t n) {
+    if (writer_) return Emit(source.data().subspan(at, n));
+    KV_RETURN_IF_ERROR(file_.AppendCopyOf(source, at, n));
+    done_ += n;
+    if (options_.progress) options_.progress(done_, total_);
+    return Status::OK();
+  }
+
   Status Finish() { return writer_ ? writer_->Finish() : Status::OK(); }
 
  private:
@@ -195,8 +206,12 @@ Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::stri
       const std::span<const std::byte> bytes = r.file->data();
       for (size_t at = 0; at < bytes.size(); at += kPlainChunk) {
         const size_t n = std::min(kPlainChunk, bytes.size() - at);
-        r.file->WillRead(at, n);
-        KV_RETURN_IF_ERROR(sink.Emit(bytes.subspan(at, n)));
+        if (options.compression_level) {
+          r.file->WillRead(at, n);
+          KV_RETURN_IF_ERROR(sink.Emit(bytes.subspan(at, n)));
+        } else {
+          KV_RETURN_IF_ERROR(sink.EmitCopy(*r.file, at, n));
+        }
       }
     } else {
       const ZstdSeekableReader& z = *r.zstd;

@@ -38,8 +38,9 @@ namespace {
 class PosixMappedFile final : public ReadableFile {
  public:
   // Takes ownership of the mapping; `base` is null for an empty file.
-  PosixMappedFile(std::string path, void* base, size_t size)
-      : ReadableFile(std::move(path)), base_(base), size_(size) {}
+  // `mapped` is what fstat said of the file when it was mapped.
+  PosixMappedFile(std::string path, void* base, size_t size, const struct stat& mapped)
+      : ReadableFile(std::move(path)), base_(base), size_(size), mapped_(mapped) {}
   ~PosixMappedFile() override {
     if (base_ != nullptr) munmap(base_, size_);
   }
@@ -48,6 +49,21 @@ class PosixMappedFile final : public ReadableFile {
 
   std::span<const std::byte> data() const override {
     return {static_cast<const std::byte*>(base_), size_};
+  }
+
+  // A read-only descriptor on the file this maps when `path` still names
+  // it unchanged (same device, inode, size and times), else -1: the
+  // caller then reads the mapping.
+  int OpenSameFile() const {
+    const int fd = RetryOnEintr([&] { return open(path().c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); });
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_ino != mapped_.st_ino || st.st_dev != mapped_.st_dev ||
+        st.st_size != mapped_.st_size || !SameFileTimes(st, mapped_)) {
+      close(fd);
+      return -1;
+    }
+    return fd;
   }
 
   void WillRead(uint64_t offset, uint64_t length) const override {
@@ -66,6 +82,7 @@ class PosixMappedFile final : public ReadableFile {
  private:
   void* base_;
   size_t size_;
+  struct stat mapped_;
 };
 
 // A read-only descriptor on the regular file at `path`, or -1 (missing, not
@@ -107,6 +124,29 @@ class PosixWritableFile final : public WritableFile {
     }
     if (data.size() >= kPosixWriteBuffer) return WriteAll(data);
     Buffer(data);
+    return Status::OK();
+  }
+
+  Status AppendCopyOf(const ReadableFile& source, uint64_t offset, uint64_t length) override {
+    KV_RETURN_IF_ERROR(CheckUsable("append"));
+    const auto* mapped = dynamic_cast<const PosixMappedFile*>(&source);
+    ScopedFd in(mapped != nullptr && kCanCopyFileRange && length >= kPosixWriteBuffer ? mapped->OpenSameFile() : -1);
+    if (in.get() < 0) return WritableFile::AppendCopyOf(source, offset, length);
+    KV_RETURN_IF_ERROR(Flush());
+    uint64_t at = offset;
+    const uint64_t end = offset + length;
+    while (at < end) {
+      const ssize_t n = RetryOnEintr([&] { return CopyFileRange(in.get(), &at, fd_, static_cast<size_t>(end - at)); });
+      if (n < 0 && at == offset && (errno == ENOSYS || errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP)) {
+        return WritableFile::AppendCopyOf(source, offset, length);  // not between these files: through memory
+      }
+      if (n < 0) return Fail(PosixError("write", path_, errno));
+      if (n == 0) return Fail(Status::IOError("write '" + path_ + "': " + source.path() + " ended early"));
+      size_ += static_cast<uint64_t>(n);
+      written_ += static_cast<uint64_t>(n);
+      StartWriteback();
+      ReleaseReplacedCache();
+    }
     return Status::OK();
   }
 
@@ -260,7 +300,7 @@ Result<std::shared_ptr<const ReadableFile>> OpenPosixReadable(const std::string&
     base = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
     if (base == MAP_FAILED) return PosixError("mmap", path, errno);
   }
-  return std::shared_ptr<const ReadableFile>(std::make_shared<PosixMappedFile>(path, base, size));
+  return std::shared_ptr<const ReadableFile>(std::make_shared<PosixMappedFile>(path, base, size, st));
 }
 
 namespace {

@@ -51,6 +51,22 @@ int BeginWriteback(int fd, uint64_t offset, uint64_t length) {
 #endif
 }
 
+ssize_t CopyFileRange(int in, uint64_t* in_offset, int out, size_t length) {
+#if KVSTORE_HAVE_COPY_FILE_RANGE
+  off_t offset = static_cast<off_t>(*in_offset);
+  const ssize_t n = copy_file_range(in, &offset, out, nullptr, length, 0);
+  if (n > 0) *in_offset += static_cast<uint64_t>(n);
+  return n;
+#else
+  (void)in;
+  (void)in_offset;
+  (void)out;
+  (void)length;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
 int OpenToHoldFile(const char* path) {
 #if KVSTORE_HAVE_O_PATH
   return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);

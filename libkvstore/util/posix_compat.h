@@ -45,6 +45,14 @@ int ExchangePaths(const char* a, const char* b);
 // final SyncFileData waits for all of it.
 int BeginWriteback(int fd, uint64_t offset, uint64_t length);
 
+// Copies up to `length` bytes from `in` at *in_offset (advanced) to the end
+// of `out` inside the kernel, from page cache to page cache
+// (copy_file_range); the bytes copied, or -1 with errno. Without the call
+// (or on a file system that refuses it: EXDEV, EINVAL, EOPNOTSUPP) callers
+// copy through memory. ENOSYS where the system has no such call.
+ssize_t CopyFileRange(int in, uint64_t* in_offset, int out, size_t length);
+inline constexpr bool kCanCopyFileRange = KVSTORE_HAVE_COPY_FILE_RANGE;
+
 // A descriptor that keeps the regular file `path` (not a link to it) alive
 // after its last name is removed, opened without its I/O semantics: O_PATH
 // on Linux; elsewhere a non-blocking read-only open of what lstat(2) found
