@@ -71,6 +71,30 @@ TEST(PosixCompatTest, ExchangesTwoNamesOrSaysItCannot) {
   }
 }
 
+TEST(PosixCompatTest, CopiesAFileRangeOrSaysItCannot) {
+  TempDir tmp;
+  const std::string in = tmp.Join("in"), out = tmp.Join("out");
+  ASSERT_OK(WriteString(Env::Default(), in, "0123456789"));
+  const int src = open(in.c_str(), O_RDONLY | O_CLOEXEC);
+  const int dst = open(out.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(src, 0);
+  ASSERT_GE(dst, 0);
+  uint64_t offset = 3;
+  errno = 0;
+  const ssize_t n = CopyFileRange(src, &offset, dst, 4);
+  close(src);
+  close(dst);
+  if (kCanCopyFileRange) {
+    ASSERT_EQ(n, 4);
+    EXPECT_EQ(offset, 7u);
+    EXPECT_EQ(ReadString(Env::Default(), out).value(), "3456");
+  } else {
+    EXPECT_EQ(n, -1);
+    EXPECT_EQ(errno, ENOSYS);
+    EXPECT_EQ(offset, 3u);
+  }
+}
+
 // The descriptor keeps a removed file's bytes; a symbolic link is not
 // followed (O_PATH holds the link, the fallback nothing); a FIFO does not
 // block the call (a plain open would wait for a writer).
