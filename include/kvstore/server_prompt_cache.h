@@ -3,7 +3,8 @@
 // tiers (the Python package's TieredPromptCache is a binding of it):
 //
 //   memory  entries of this process, under a policy (MemoryPolicy);
-//   disk    a PromptCacheStore (optional): a directory this process owns;
+//   disk    a PromptCacheStore (optional): a directory, which servers of one
+//           machine may share;
 //   shared  a SharedPromptCache (optional): chunks in Redis shared by every
 //           server of the deployment.
 //
