@@ -1,4 +1,5 @@
-// A PromptCacheStore's MANIFEST and token lists come from disk: ReadManifest
+// A PromptCacheStore's MANIFEST and token lists come from disk (and from the
+// other processes sharing the directory): ParseManifestChanges, ReadManifest
 // and ParseTokens must never crash, and what they accept must write back
 // (ManifestAddLine, TokensText) to text that reads back the same.
 #include <cstddef>
@@ -13,6 +14,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   if (std::optional<std::vector<int32_t>> tokens = kvstore::ParseTokens(text)) {
     if (kvstore::ParseTokens(kvstore::TokensText(*tokens)) != tokens) std::abort();
+  }
+  // A follower reads whole lines only: what it consumed ends a line, and
+  // reading the rest later gives the same changes as reading it all now.
+  size_t used = 0;
+  const auto changes = kvstore::ParseManifestChanges(std::as_bytes(std::span(data, size)), &used);
+  if (used > size || (used > 0 && data[used - 1] != '\n') || text.find('\n', used) != std::string_view::npos) {
+    std::abort();
+  }
+  const size_t half = text.find('\n', size / 2);
+  if (half != std::string_view::npos) {
+    size_t first = 0, second = 0;
+    auto a = kvstore::ParseManifestChanges(std::as_bytes(std::span(data, half + 1)), &first);
+    const auto b = kvstore::ParseManifestChanges(std::as_bytes(std::span(data + first, size - first)), &second);
+    if (first != half + 1 || first + second != used || a.size() + b.size() != changes.size()) std::abort();
   }
   const auto entries = kvstore::ReadManifest(std::as_bytes(std::span(data, size)));
   for (const auto& [file, entry] : entries) {
