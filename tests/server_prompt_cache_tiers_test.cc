@@ -101,6 +101,35 @@ TEST(ServerPromptCacheTiersTest, AnUntrimmableWholePromptHitFallsBackToItsCheckp
   }
 }
 
+// The disk writes an insert's checkpoints before the whole cache, so a
+// trimmable cache supersedes those it can serve (>= 32 tokens) and the disk
+// keeps one entry; an untrimmable one keeps its checkpoints.
+TEST(ServerPromptCacheTiersTest, ATrimmableInsertLeavesNoCheckpointOnDisk) {
+  Store s;
+  const PromptCache full = Attention(80, 1), checkpoint = TrimmedTo(full, 40);
+  const ModelFingerprint fp = testing::FingerprintOf(full, "m");
+  const PromptCacheCheckpoint checkpoints[] = {{40, checkpoint}};
+  {
+    ServerPromptCache writer({.disk = s.store.get()});
+    ASSERT_OK(writer.Insert(fp, Iota(80), full, checkpoints));
+  }
+  EXPECT_EQ(s.store->entries(), 1);
+  EXPECT_EQ(s.store->prefixes_superseded(), 1);
+  ASSERT_OK_AND_ASSIGN(auto hit, ServerPromptCache({.disk = s.store.get()}).Fetch(fp, Plus(Iota(40), 7)));
+  ExpectServed(hit, PromptCacheTier::kDisk, 40, checkpoint);
+
+  Store u;
+  const PromptCache hybrid = Hybrid(80, 1), hybrid_checkpoint = Hybrid(40, 1);
+  const ModelFingerprint hfp = testing::FingerprintOf(hybrid, "h");
+  const PromptCacheCheckpoint hybrid_checkpoints[] = {{40, hybrid_checkpoint}};
+  {
+    ServerPromptCache writer({.disk = u.store.get()});
+    ASSERT_OK(writer.Insert(hfp, Iota(80), hybrid, hybrid_checkpoints));
+  }
+  EXPECT_EQ(u.store->entries(), 2);
+  EXPECT_EQ(u.store->prefixes_superseded(), 0);
+}
+
 // Another server stored a prompt of exactly two chunks: the shared tier's
 // hit of the whole query gives one token back too.
 TEST(ServerPromptCacheTiersTest, ASharedHitOfTheWholePromptLeavesOneToken) {

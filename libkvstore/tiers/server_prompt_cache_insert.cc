@@ -99,10 +99,13 @@ Status ServerPromptCache::Persist(const PromptScope& scope, std::span<const int3
     return Status::OK();
   }
   if (options_.disk != nullptr) {
-    KV_RETURN_IF_ERROR(QueueDiskWrite(scope, tokens, cache));
+    // Checkpoints first: the whole cache, written last, supersedes those it
+    // can serve (PromptCacheStore::Put), as it would not a prefix written
+    // after it.
     for (const PromptCacheCheckpoint& cp : checkpoints) {
       KV_RETURN_IF_ERROR(QueueDiskWrite(scope, tokens.first(static_cast<size_t>(cp.tokens)), cp.cache));
     }
+    KV_RETURN_IF_ERROR(QueueDiskWrite(scope, tokens, cache));
   }
   if (options_.shared != nullptr) {
     KV_RETURN_IF_ERROR(options_.shared->Insert(*scope.model, tokens, cache, checkpoints,
