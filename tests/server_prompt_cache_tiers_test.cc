@@ -105,29 +105,22 @@ TEST(ServerPromptCacheTiersTest, AnUntrimmableWholePromptHitFallsBackToItsCheckp
 // trimmable cache supersedes those it can serve (>= 32 tokens) and the disk
 // keeps one entry; an untrimmable one keeps its checkpoints.
 TEST(ServerPromptCacheTiersTest, ATrimmableInsertLeavesNoCheckpointOnDisk) {
-  Store s;
-  const PromptCache full = Attention(80, 1), checkpoint = TrimmedTo(full, 40);
-  const ModelFingerprint fp = testing::FingerprintOf(full, "m");
-  const PromptCacheCheckpoint checkpoints[] = {{40, checkpoint}};
-  {
-    ServerPromptCache writer({.disk = s.store.get()});
-    ASSERT_OK(writer.Insert(fp, Iota(80), full, checkpoints));
+  for (bool trimmable : {true, false}) {
+    SCOPED_TRACE(trimmable ? "trimmable" : "hybrid");
+    Store s;
+    const PromptCache full = trimmable ? Attention(80, 1) : Hybrid(80, 1);
+    const PromptCache checkpoint = trimmable ? TrimmedTo(full, 40) : Hybrid(40, 1);
+    const ModelFingerprint fp = testing::FingerprintOf(full, "m");
+    const PromptCacheCheckpoint checkpoints[] = {{40, checkpoint}};
+    {
+      ServerPromptCache writer({.disk = s.store.get()});
+      ASSERT_OK(writer.Insert(fp, Iota(80), full, checkpoints));
+    }
+    EXPECT_EQ(s.store->entries(), trimmable ? 1 : 2);
+    EXPECT_EQ(s.store->prefixes_superseded(), trimmable ? 1 : 0);
+    ASSERT_OK_AND_ASSIGN(auto hit, ServerPromptCache({.disk = s.store.get()}).Fetch(fp, Plus(Iota(40), 7)));
+    ExpectServed(hit, PromptCacheTier::kDisk, 40, checkpoint);
   }
-  EXPECT_EQ(s.store->entries(), 1);
-  EXPECT_EQ(s.store->prefixes_superseded(), 1);
-  ASSERT_OK_AND_ASSIGN(auto hit, ServerPromptCache({.disk = s.store.get()}).Fetch(fp, Plus(Iota(40), 7)));
-  ExpectServed(hit, PromptCacheTier::kDisk, 40, checkpoint);
-
-  Store u;
-  const PromptCache hybrid = Hybrid(80, 1), hybrid_checkpoint = Hybrid(40, 1);
-  const ModelFingerprint hfp = testing::FingerprintOf(hybrid, "h");
-  const PromptCacheCheckpoint hybrid_checkpoints[] = {{40, hybrid_checkpoint}};
-  {
-    ServerPromptCache writer({.disk = u.store.get()});
-    ASSERT_OK(writer.Insert(hfp, Iota(80), hybrid, hybrid_checkpoints));
-  }
-  EXPECT_EQ(u.store->entries(), 2);
-  EXPECT_EQ(u.store->prefixes_superseded(), 0);
 }
 
 // Another server stored a prompt of exactly two chunks: the shared tier's
