@@ -168,7 +168,10 @@ class PlainSink {
   // (WritableFile::AppendCopyOf, in the kernel where it can) when the
   // output is plain too.
   Status EmitCopy(const ReadableFile& source, uint64_t at, uint64_t n) {
-    if (writer_) return Emit(source.data().subspan(at, n));
+    if (writer_) {
+      source.WillRead(at, n);
+      return Emit(source.data().subspan(at, n));
+    }
     KV_RETURN_IF_ERROR(file_.AppendCopyOf(source, at, n));
     done_ += n;
     if (options_.progress) options_.progress(done_, total_);
@@ -205,13 +208,7 @@ Status TranscodePromptCacheFile(Env* env, const std::string& in, const std::stri
     if (r.plain) {
       const std::span<const std::byte> bytes = r.file->data();
       for (size_t at = 0; at < bytes.size(); at += kPlainChunk) {
-        const size_t n = std::min(kPlainChunk, bytes.size() - at);
-        if (options.compression_level) {
-          r.file->WillRead(at, n);
-          KV_RETURN_IF_ERROR(sink.Emit(bytes.subspan(at, n)));
-        } else {
-          KV_RETURN_IF_ERROR(sink.EmitCopy(*r.file, at, n));
-        }
+        KV_RETURN_IF_ERROR(sink.EmitCopy(*r.file, at, std::min(kPlainChunk, bytes.size() - at)));
       }
     } else {
       const ZstdSeekableReader& z = *r.zstd;

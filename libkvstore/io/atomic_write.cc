@@ -1,16 +1,14 @@
 #include <atomic>
-#include <charconv>
 #include <optional>
 #include <string_view>
 #include <utility>
 
 #include "kvstore/env.h"
+#include "libkvstore/io/temp_file_name.h"
 #include "libkvstore/io/temp_file_registry.h"
 
 namespace kvstore {
 namespace {
-
-constexpr std::string_view kTempMarker = ".kvtmp-";
 
 std::string BaseName(const std::string& path) {
   size_t slash = path.find_last_of('/');
@@ -20,19 +18,10 @@ std::string BaseName(const std::string& path) {
 // The pid in "<base>.kvtmp-<pid>-<n>", or -1 when `name` is not a temp file
 // of `base`.
 int64_t TempFilePid(std::string_view name, std::string_view base) {
-  if (name.size() <= base.size() + kTempMarker.size() || !name.starts_with(base)) return -1;
-  name.remove_prefix(base.size());
-  if (!name.starts_with(kTempMarker)) return -1;
-  name.remove_prefix(kTempMarker.size());
-  int64_t pid = -1;
-  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
-  if (ec != std::errc() || end == name.data() || end == name.data() + name.size() || *end != '-') {
-    return -1;
-  }
-  std::string_view counter(end + 1, name.data() + name.size() - (end + 1));
-  if (counter.empty() || counter.find_first_not_of("0123456789") != std::string_view::npos) {
-    return -1;
-  }
+  if (!name.starts_with(base) || !name.substr(base.size()).starts_with(kTempMarker)) return -1;
+  std::string_view counter;
+  const int64_t pid = TempFileWriterPid(name.substr(base.size()), &counter);
+  if (pid < 0 || counter.find_first_not_of("0123456789") != std::string_view::npos) return -1;
   return pid;
 }
 

@@ -65,8 +65,8 @@ struct PromptCacheStore::Impl {
   std::condition_variable indexed_cv;
   StoreOpenReport open_report;
   Status index_status;
-  // Lines logged while the indexer writes the compacted manifest (outside
-  // the lock), for the new one.
+  // Lines logged while a compaction writes the new manifest (outside the
+  // lock), for the new one; one compaction at a time.
   bool compacting = false;
   std::string unlogged;
 
@@ -79,7 +79,6 @@ struct PromptCacheStore::Impl {
   uint64_t followed = 0;
   std::string manifest_head;
   uint64_t compacted_bytes = 0;  // of the last manifest this process compacted
-  std::atomic<bool> compacting_now{false};
 
   std::string Path(const std::string& file) const { return dir + "/" + file; }
 

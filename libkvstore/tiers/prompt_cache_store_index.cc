@@ -5,6 +5,7 @@
 #include <random>
 
 #include "kvstore/prompt_cache_file.h"
+#include "libkvstore/io/temp_file_name.h"
 #include "libkvstore/tiers/prompt_cache_store_impl.h"
 
 namespace kvstore {
@@ -71,13 +72,7 @@ Status PromptCacheStore::Impl::IndexDirectory() {
     std::string listed_head;
     if (auto m = env->OpenReadable(Path("MANIFEST")); m.ok()) {
       size_t used = 0;
-      for (ManifestChange& change : ParseManifestChanges((*m)->data(), &used)) {
-        if (change.entry) {
-          listed[change.file] = std::move(*change.entry);
-        } else {
-          listed.erase(change.file);
-        }
-      }
+      listed = ReadManifest((*m)->data(), &used);
       listed_bytes = used;
       listed_head = FirstLine((*m)->data());
     }
@@ -107,7 +102,7 @@ void PromptCacheStore::Impl::RemoveStaleTempFiles(const std::vector<std::string>
   const int64_t self = env->ProcessId();
   for (const std::string& name : names) {
     if (!IsStoreTempFileName(name)) continue;
-    const int64_t pid = StoreTempFilePid(name);
+    const int64_t pid = TempFileWriterPid(name);
     if (pid == self || (pid > 0 && env->ProcessAlive(pid))) continue;
     if (env->RemoveFile(Path(name)).ok()) ++report.temp_files_removed;
   }
@@ -181,6 +176,7 @@ Status PromptCacheStore::Impl::CompactManifest(uint64_t listed_bytes, std::strin
   const std::string head = text;
   {
     std::lock_guard<std::mutex> l(mu);
+    if (compacting) return Status::OK();  // another thread is at it
     index.ForEach([&](const StoreIndex::Entry& e) {
       text += ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens, e.fingerprint);
     });
@@ -216,9 +212,7 @@ void PromptCacheStore::Impl::CompactManifestIfLong() {
     bytes = followed;
     head = manifest_head;
   }
-  if (compacting_now.exchange(true)) return;  // another thread is at it
   (void)CompactManifest(bytes, std::move(head));  // a hint: on failure, it only stays long
-  compacting_now = false;
 }
 
 void PromptCacheStore::Impl::SaveUnloggedLines() {

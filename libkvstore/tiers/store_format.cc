@@ -60,17 +60,6 @@ bool IsStoreTempFileName(std::string_view name) {
          base.substr(0, kHexDigits).find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
-int64_t StoreTempFilePid(std::string_view name) {
-  constexpr std::string_view kTemp = ".kvtmp-";
-  const size_t at = name.find(kTemp);
-  if (at == std::string_view::npos) return -1;
-  name.remove_prefix(at + kTemp.size());
-  int64_t pid = -1;
-  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
-  if (ec != std::errc() || end == name.data() || end == name.data() + name.size() || *end != '-') return -1;
-  return pid;
-}
-
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens) {
   return {{std::string(kModelKey), std::string(model)}, {std::string(kTokensKey), TokensText(tokens)}};
 }
@@ -122,9 +111,9 @@ std::vector<ManifestChange> ParseManifestChanges(std::span<const std::byte> data
   return out;
 }
 
-std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data) {
+std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data, size_t* used) {
   std::unordered_map<std::string, ManifestEntry> out;
-  for (ManifestChange& change : ParseManifestChanges(data, nullptr)) {
+  for (ManifestChange& change : ParseManifestChanges(data, used)) {
     if (change.entry) {
       out[change.file] = std::move(*change.entry);
     } else {

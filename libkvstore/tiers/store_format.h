@@ -37,12 +37,10 @@ std::vector<std::string> StoreFileNamesOfPrefixes(std::string_view model, std::s
 // True for a temp file of the store's own writes: "<entry name>.kvtmp-..."
 // (a Put's staged file, and the atomic writer's temp file of it), the
 // manifest's "MANIFEST.kvtmp-...", and "kvstore-models.json.kvtmp-..." (the
-// Python tiers keep their models file in the store's directory).
+// Python tiers keep their models file in the store's directory). Several
+// processes share a directory: such a file is a leftover only when the
+// process its name gives (TempFileWriterPid) is gone.
 bool IsStoreTempFileName(std::string_view name);
-// The pid in such a name ("<base>.kvtmp-<pid>-..."), or -1. Several
-// processes share a directory: a temp file is a leftover only when the
-// process that named it is gone.
-int64_t StoreTempFilePid(std::string_view name);
 
 // The user metadata that records the key in the entry's file.
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens);
@@ -76,8 +74,9 @@ struct ManifestChange {
 // against it before it is served.
 std::vector<ManifestChange> ParseManifestChanges(std::span<const std::byte> data, size_t* used);
 // The entries a manifest lists (file name -> last "+" line not removed
-// since).
-std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data);
+// since); `*used` as for ParseManifestChanges.
+std::unordered_map<std::string, ManifestEntry> ReadManifest(std::span<const std::byte> data,
+                                                            size_t* used = nullptr);
 
 }  // namespace kvstore
 
