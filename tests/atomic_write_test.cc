@@ -69,6 +69,14 @@ class AtomicWriteTest : public EnvKindTest {
   }
 };
 
+// AppendToFile creates a missing file and appends after what is there, in
+// both Envs (the POSIX one with O_APPEND, the default by re-writing).
+TEST_P(AtomicWriteTest, AppendToFileCreatesThenAppends) {
+  ASSERT_OK(env()->AppendToFile(Path("log"), AsBytes("one\n"), /*sync=*/false));
+  ASSERT_OK(env()->AppendToFile(Path("log"), AsBytes("two\n"), /*sync=*/true));
+  EXPECT_EQ(ReadString(env(), Path("log")).value(), "one\ntwo\n");
+}
+
 TEST_P(AtomicWriteTest, WritesAndReplaces) {
   ASSERT_OK(WriteStringAtomic(env(), Path("target"), AsBytes(kOld)));
   EXPECT_EQ(ReadString(env(), Path("target")).value(), kOld);

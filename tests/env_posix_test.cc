@@ -251,6 +251,21 @@ std::vector<std::byte> Pattern(size_t n, uint8_t seed) {
   return out;
 }
 
+// AppendToFile writes only to a regular file at `path` itself: a FIFO (which
+// would block) and a symbolic link (which would lead elsewhere) are refused
+// and left as they were.
+TEST(PosixEnvTest, AppendToFileRefusesWhatIsNotARegularFile) {
+  TempDir tmp;
+  Env* env = Env::Default();
+  const std::string fifo = tmp.Join("fifo"), target = tmp.Join("target"), link = tmp.Join("link");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EQ(env->AppendToFile(fifo, AsBytes("x"), false).code(), StatusCode::kIOError);
+  ASSERT_OK(WriteString(env, target, "kept"));
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  EXPECT_EQ(env->AppendToFile(link, AsBytes("x"), false).code(), StatusCode::kIOError);
+  EXPECT_EQ(ReadString(env, target).value(), "kept");
+}
+
 // AppendCopyOf copies a range of a mapped file (in the kernel where it
 // can), after what was appended before; a file replaced since it was
 // mapped is copied from the mapping, so the copy is always what was mapped.

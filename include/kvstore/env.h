@@ -141,8 +141,10 @@ class Env {
   // when `sync`. The POSIX Env writes it with one O_APPEND write, so that
   // appends of several processes to one file never overwrite or (up to the
   // file system's atomic write size, in practice a page or more on local
-  // file systems) interleave each other's. The default re-writes the file
-  // with WriteFileAtomic: atomic, but not for concurrent appenders.
+  // file systems) interleave each other's; IOError, with nothing written,
+  // when `path` is a symbolic link or not a regular file. The default
+  // re-writes the file with WriteFileAtomic: atomic, but not for
+  // concurrent appenders.
   virtual Status AppendToFile(const std::string& path, std::span<const std::byte> data, bool sync);
   // Atomically replaces `to` by `from` (POSIX rename). NotFound when `from`
   // does not exist; OK, changing nothing, when both name one file. The

@@ -208,7 +208,7 @@ class PosixEnv final : public Env {
 
   Status AppendToFile(const std::string& path, std::span<const std::byte> data, bool sync) override {
     ScopedFd fd(RetryOnEintr(
-        [&] { return open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644); }));
+        [&] { return open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW, 0644); }));
     if (fd.get() < 0) return PosixError("open", path, errno);
     struct stat st;
     if (fstat(fd.get(), &st) != 0) return PosixError("stat", path, errno);

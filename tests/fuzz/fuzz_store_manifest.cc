@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "libkvstore/io/temp_file_name.h"
 #include "libkvstore/tiers/store_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -29,6 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto b = kvstore::ParseManifestChanges(std::as_bytes(std::span(data + first, size - first)), &second);
     if (first != half + 1 || first + second != used || a.size() + b.size() != changes.size()) std::abort();
   }
+  // A directory's file names are read as temp files of some pid.
+  std::string_view rest;
+  const int64_t pid = kvstore::TempFileWriterPid(text, &rest);
+  if (pid >= 0 && (rest.empty() || text.find(kvstore::kTempMarker) == std::string_view::npos)) std::abort();
   const auto entries = kvstore::ReadManifest(std::as_bytes(std::span(data, size)));
   for (const auto& [file, entry] : entries) {
     const std::string line =
