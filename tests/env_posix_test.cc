@@ -269,6 +269,20 @@ TEST(PosixEnvTest, AppendToFileRefusesWhatIsNotARegularFile) {
 // AppendCopyOf copies a range of a mapped file (in the kernel where it
 // can), after what was appended before; a file replaced since it was
 // mapped is copied from the mapping, so the copy is always what was mapped.
+TEST(PosixEnvTest, ReadAtOfAShrunkFileIsAnErrorNotAFault) {
+  TempDir tmp;
+  const std::string path = tmp.Join("f");
+  ASSERT_OK(WriteString(Env::Default(), path, std::string(3 * 4096, 'k')));
+  ASSERT_OK_AND_ASSIGN(auto file, Env::Default()->OpenReadable(path));
+  std::string got(4096, '\0');
+  ASSERT_OK(file->ReadAt(2 * 4096, std::as_writable_bytes(std::span(got))));
+  EXPECT_EQ(got, std::string(4096, 'k'));
+  // Truncated in place (a touch of the mapping's last page would now raise SIGBUS).
+  ASSERT_EQ(truncate(path.c_str(), 100), 0);
+  EXPECT_THAT(file->ReadAt(2 * 4096, std::as_writable_bytes(std::span(got))),
+              HasCode(StatusCode::kIOError, "shrank"));
+}
+
 TEST(PosixEnvTest, AppendCopyOfCopiesWhatWasMapped) {
   TempDir tmp;
   Env* env = Env::Default();

@@ -135,6 +135,28 @@ TEST_P(EnvTest, ReaderKeepsOldBytesAfterAtomicReplace) {
   EXPECT_TRUE(ToString(reader->data()) == old_content);
 }
 
+TEST_P(EnvTest, ReadAtCopiesTheBytesItOpenedWhateverHappensToThePath) {
+  const std::string old_content = Pattern(100000, 3);
+  ASSERT_OK(WriteStringAtomic(env(), Path("f"), AsBytes(old_content)));
+  ASSERT_OK_AND_ASSIGN(auto reader, env()->OpenReadable(Path("f")));
+  std::string got(5000, '\0');
+  auto out = std::as_writable_bytes(std::span(got));
+  ASSERT_OK(reader->ReadAt(90000, out));
+  EXPECT_TRUE(got == old_content.substr(90000, 5000));
+  ASSERT_OK(reader->ReadAt(0, out.first(0)));
+  EXPECT_THAT(reader->ReadAt(96000, out), HasCode(StatusCode::kInvalidArgument, "past the end"));
+  EXPECT_THAT(reader->ReadAt(uint64_t{1} << 63, out.first(1)), HasCode(StatusCode::kInvalidArgument, "past the end"));
+  // Replaced and removed, before and after a read: still the bytes opened.
+  ASSERT_OK(WriteStringAtomic(env(), Path("f"), AsBytes(Pattern(100000, 4))));
+  ASSERT_OK(reader->ReadAt(10, out));
+  EXPECT_TRUE(got == old_content.substr(10, 5000));
+  ASSERT_OK_AND_ASSIGN(auto second, env()->OpenReadable(Path("f")));
+  ASSERT_OK(second->ReadAt(0, out));
+  ASSERT_OK(env()->RemoveFile(Path("f")));
+  ASSERT_OK(second->ReadAt(20, out));
+  EXPECT_TRUE(got == Pattern(100000, 4).substr(20, 5000));
+}
+
 // What a reader of llama-server's slot files needs: the file is truncated and
 // rewritten in place (same inode), and the bytes already read stay as they
 // were. (A mapping of the shrunk file would fault with SIGBUS on access.)

@@ -1,5 +1,7 @@
 #include "kvstore/zstd_seekable.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -35,6 +37,35 @@ std::vector<std::byte> Compress(std::span<const std::byte> header, std::span<con
   EXPECT_OK(file->Close());
   auto r = env->OpenReadable("/c").value();
   return std::vector<std::byte>(r->data().begin(), r->data().end());
+}
+
+// Opened over a file, frames are read with ReadAt: the same bytes, both
+// codecs; a file cut short under the reader is an error, not a fault.
+TEST(ZstdSeekableTest, ReaderOverAFileReadsFramesFromIt) {
+  testing::TempDir tmp;
+  Env* env = Env::Default();
+  const auto header = Content(300, 1);
+  const auto body = Content(700'000, 2);
+  for (ZstdCodec codec : {ZstdCodec::kZstd, ZstdCodec::kBytePlane}) {
+    ZstdWriteOptions options;
+    options.frame_size = 64 * 1024;
+    options.codec = codec;
+    const auto packed = Compress(header, body, options);
+    const std::string path = tmp.Join(std::string(ZstdCodecName(codec)));
+    ASSERT_OK(WriteStringAtomic(env, path, packed));
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<const ReadableFile> file, env->OpenReadable(path));
+    ASSERT_OK_AND_ASSIGN(ZstdSeekableReader r, ZstdSeekableReader::Open(*file));
+    EXPECT_EQ(r.codec(), codec);
+    std::vector<std::byte> all(r.decompressed_size());
+    ASSERT_OK(r.ReadAll(all, 2));
+    EXPECT_TRUE(std::equal(header.begin(), header.end(), all.begin()));
+    EXPECT_TRUE(std::equal(body.begin(), body.end(), all.begin() + header.size()));
+    std::vector<std::byte> part(1000);
+    ASSERT_OK(r.Read(400'000, part));
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + 400'000));
+    ASSERT_EQ(truncate(path.c_str(), 4096), 0);
+    EXPECT_THAT(r.ReadAll(all, 2), HasCode(StatusCode::kIOError, "shrank"));
+  }
 }
 
 TEST(ZstdSeekableTest, RoundTripWholeAndRanges) {

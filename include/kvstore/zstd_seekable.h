@@ -131,6 +131,9 @@ class ZstdSeekableReader {
   // ResourceExhausted when a declared size exceeds a limit.
   static Result<ZstdSeekableReader> Open(std::span<const std::byte> file,
                                          const ZstdReadLimits& limits = {});
+  // As above over file.data(); each frame's compressed bytes are then read
+  // with file.ReadAt into a buffer the thread reuses (kvstore/env.h says why).
+  static Result<ZstdSeekableReader> Open(const ReadableFile& file, const ZstdReadLimits& limits = {});
 
   uint64_t decompressed_size() const { return decompressed_size_; }
   const std::vector<Frame>& frames() const { return frames_; }
@@ -152,6 +155,7 @@ class ZstdSeekableReader {
   Status DecompressContent(size_t index, std::span<std::byte> content) const;
 
   std::span<const std::byte> file_;
+  const ReadableFile* source_ = nullptr;  // file_'s file, when opened over one
   std::vector<Frame> frames_;
   uint64_t decompressed_size_ = 0;
   ZstdCodec codec_ = ZstdCodec::kZstd;

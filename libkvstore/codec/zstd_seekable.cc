@@ -408,9 +408,26 @@ Status ZstdSeekableReader::DetectCodec() {
   return Status::OK();
 }
 
+Result<ZstdSeekableReader> ZstdSeekableReader::Open(const ReadableFile& file, const ZstdReadLimits& limits) {
+  KV_ASSIGN_OR_RETURN(ZstdSeekableReader r, Open(file.data(), limits));
+  r.source_ = &file;
+  return r;
+}
+
 Status ZstdSeekableReader::DecompressContent(size_t index, std::span<std::byte> content) const {
   const Frame& f = frames_[index];
   const std::byte* src = file_.data() + f.compressed_offset;
+  // A frame of the usual size is read into a buffer the thread reuses; a
+  // larger (possibly hostile) one into a buffer of its own.
+  thread_local std::vector<std::byte> reused;
+  std::vector<std::byte> own;
+  if (source_ != nullptr) {
+    constexpr size_t kMaxReused = size_t{16} << 20;
+    std::vector<std::byte>& compressed = f.compressed_size <= kMaxReused ? reused : own;
+    compressed.resize(f.compressed_size);
+    KV_RETURN_IF_ERROR(source_->ReadAt(f.compressed_offset, compressed));
+    src = compressed.data();
+  }
   const unsigned long long declared = ZSTD_getFrameContentSize(src, f.compressed_size);
   if (declared != content.size()) {
     return Status::Corruption("zstd frame " + std::to_string(index) +

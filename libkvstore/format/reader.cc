@@ -256,7 +256,7 @@ Result<std::unique_ptr<PromptCacheReader>> PromptCacheReader::Open(Env* env, con
     if (!st.ok()) return NotAPromptCache(path, r->file->data(), st.status());
     r->plain = *st;
   } else {
-    Result<ZstdSeekableReader> z = ZstdSeekableReader::Open(r->file->data(), LimitsFor(r->file->size()));
+    Result<ZstdSeekableReader> z = ZstdSeekableReader::Open(*r->file, LimitsFor(r->file->size()));
     if (!z.ok()) return NotAPromptCache(path, r->file->data(), z.status());
     r->info.compression =
         CompressionInfo{std::string(ZstdCodecName(z->codec())), z->frames().size(), r->file->size()};

@@ -16,6 +16,15 @@ std::shared_ptr<Storage> ReadableFile::AsStorage() const {
   return Storage::WrapReadOnly(bytes.data(), bytes.size(), shared_from_this());
 }
 
+Status ReadableFile::ReadAt(uint64_t offset, std::span<std::byte> out) const {
+  const std::span<const std::byte> bytes = data();
+  if (offset > bytes.size() || out.size() > bytes.size() - offset) {
+    return Status::InvalidArgument("read past the end of '" + path() + "'");
+  }
+  if (!out.empty()) std::memcpy(out.data(), bytes.data() + offset, out.size());
+  return Status::OK();
+}
+
 std::string DirName(const std::string& path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";

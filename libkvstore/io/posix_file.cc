@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -43,6 +44,7 @@ class PosixMappedFile final : public ReadableFile {
       : ReadableFile(std::move(path)), base_(base), size_(size), mapped_(mapped) {}
   ~PosixMappedFile() override {
     if (base_ != nullptr) munmap(base_, size_);
+    if (read_fd_ >= 0) close(read_fd_);
   }
   PosixMappedFile(const PosixMappedFile&) = delete;
   PosixMappedFile& operator=(const PosixMappedFile&) = delete;
@@ -66,6 +68,22 @@ class PosixMappedFile final : public ReadableFile {
     return fd;
   }
 
+  Status ReadAt(uint64_t offset, std::span<std::byte> out) const override {
+    if (offset > size_ || out.size() > size_ - offset) return ReadableFile::ReadAt(offset, out);
+    // Opened on the first read only: most mapped files are never read this
+    // way, and a descriptor each would not scale to a store's open entries.
+    std::call_once(read_fd_opened_, [&] { read_fd_ = OpenSameFile(); });
+    if (read_fd_ < 0) return ReadableFile::ReadAt(offset, out);
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = RetryOnEintr([&] { return pread(read_fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done)); });
+      if (n < 0) return PosixError("read", path(), errno);
+      if (n == 0) return Status::IOError("read '" + path() + "': the file shrank after it was opened");
+      done += static_cast<size_t>(n);
+    }
+    return Status::OK();
+  }
+
   void WillRead(uint64_t offset, uint64_t length) const override {
     if (base_ == nullptr || offset >= size_) return;
     length = std::min<uint64_t>(length, size_ - offset);
@@ -83,6 +101,8 @@ class PosixMappedFile final : public ReadableFile {
   void* base_;
   size_t size_;
   struct stat mapped_;
+  mutable std::once_flag read_fd_opened_;
+  mutable int read_fd_ = -1;  // for ReadAt: the mapped file, or -1 (read the mapping)
 };
 
 // A read-only descriptor on the regular file at `path`, or -1 (missing, not
