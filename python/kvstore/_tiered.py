@@ -11,13 +11,11 @@ import weakref
 from . import _kvstore
 from .errors import Error
 from ._mlx_bridge import caches_from_layers, layers_from_caches
-from ._model_structures import StoredStructures
 from .errors import FailedPreconditionError
 
 log = logging.getLogger("kvstore")
 
 _INT64_MAX = (1 << 63) - 1
-_MODEL_DIGESTS_FILE = "kvstore-model-digests.json"  # beside the disk tier's entries
 
 
 def _deprecated_alias(old_name, old_value, name, value, default):
@@ -66,7 +64,9 @@ class TieredPromptCache:
     same path are another model. A server restarted with other cache options
     (``--kv-bits``, ``--max-kv-size``) should call ``register_model`` before serving:
     until its first insert it would otherwise be served the previous structure's caches
-    (the K/V of the same weights and tokens, in the previous cache classes).
+    (the K/V of the same weights and tokens, in the previous cache classes). Which
+    fingerprint a model key is served under is decided in C++ (``kvstore::ModelRegistry``,
+    include/kvstore/model_registry.h), as for a C++ server.
 
     Every method is thread-safe, and the GIL is released while the tiers work. MLX
     binds arrays to the stream of the thread that made them (MLX 0.32 raises "There is
@@ -102,16 +102,10 @@ class TieredPromptCache:
         self.max_bytes = max_bytes
         self._model_keys = {}  # model key -> the memory tier's key ("m<n>")
         self._key_numbers = itertools.count()
-        self._model_ids = {}  # model key -> stable name (or None), taken once per process
-        self._fingerprints = {}  # stable name -> the ModelFingerprint the model produces now
-        self._disk = self._shared = self._stored_structures = None
-        digests_file = ""  # model content digests: in memory only without a directory
+        self._disk = self._shared = None
         if directory is not None:
             directory = _kvstore.expand_user(os.fspath(directory))  # "~/.cache/..." is the home's
             self._disk = _kvstore.DiskStore(directory, min(disk_bytes, _INT64_MAX))
-            self._stored_structures = StoredStructures(directory)
-            digests_file = os.path.join(directory, _MODEL_DIGESTS_FILE)
-        self._model_digests = _kvstore.ModelContentDigests(digests_file)
         if redis is not None:
             try:
                 self._shared = _kvstore.SharedTier(os.fspath(redis), redis_key_prefix, redis_secret,
@@ -122,7 +116,7 @@ class TieredPromptCache:
         self._persistent = self._disk is not None or self._shared is not None
         self._core = _kvstore.ServerPromptCache(min(max_size, _INT64_MAX), min(max_bytes, _INT64_MAX),
                                                 policy="mlx-lm", disk=self._disk, shared=self._shared,
-                                                disk_queue=disk_queue)
+                                                disk_queue=disk_queue, directory=directory)
         # Flushes and closes the tiers on close(), when the object is collected, or at
         # interpreter exit, whichever comes first.
         self._finalizer = weakref.finalize(self, _close, self._core, self._disk, self._shared)
@@ -143,8 +137,7 @@ class TieredPromptCache:
 
         ``salt`` (str or bytes, keyword-only; vLLM's ``cache_salt``): only entries inserted
         with the same salt are served, from every tier. None: entries inserted without one."""
-        fingerprint = self._fingerprint_for(model) if self._persistent else None
-        hit = self._core.fetch(self._memory_key(model), fingerprint, tokens, _salt_bytes(salt))
+        hit = self._core.fetch(self._memory_key(model), model, tokens, _salt_bytes(salt))
         disk = self._disk
         if disk is not None:
             _log_dropped(disk)
@@ -172,20 +165,16 @@ class TieredPromptCache:
         key = self._memory_key(model)
         nbytes = sum(c.nbytes for c in prompt_cache)
         trimmable = all(c.is_trimmable() for c in prompt_cache)  # mlx-lm's can_trim_prompt_cache
-        name = layers = None
+        layers = None
         if self._persistent and len(tokens) > 0:  # the persistent tiers serve no empty prefix
-            name = self._model_id(model)
-            if name is not None:
-                try:
-                    layers = layers_from_caches(prompt_cache)  # evaluates MLX arrays on this thread
-                except Exception as e:
-                    log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), e)
-        fingerprint, why = self._core.insert(key, name, tokens, prompt_cache, min(nbytes, _INT64_MAX), trimmable,
-                                             cache_type, layers, self._fingerprints.get(name), salt)
+            try:
+                layers = layers_from_caches(prompt_cache)  # evaluates MLX arrays on this thread
+            except Exception as e:
+                log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), e)
+        why = self._core.insert(key, model, tokens, prompt_cache, min(nbytes, _INT64_MAX), trimmable,
+                                cache_type, layers, salt)
         if why is not None:
             log.warning("kvstore: not storing a cache of %d layers persistently: %s", len(prompt_cache), why)
-        if fingerprint is not None:
-            self._remember(name, fingerprint)
 
     def trim_to(self, *, n_sequences=None, n_bytes=None):
         """Evict from memory until at most n_sequences entries and n_bytes remain."""
@@ -205,12 +194,7 @@ class TieredPromptCache:
         like ``prompt_cache`` (a cache it made, holding at least one token), so the
         persistent tiers serve it before this process has inserted anything.
         Returns the ModelFingerprint, or None when the key has no stable name."""
-        name = self._model_id(model)
-        if name is None:
-            return None
-        fingerprint = _kvstore.ModelFingerprint.of(name, layers_from_caches(prompt_cache))
-        self._remember(name, fingerprint)
-        return fingerprint
+        return self._core.register_model(model, layers_from_caches(prompt_cache))
 
     def disk_stats(self, *, indexed=False):
         """{"entries", "bytes", "corrupt_dropped", "mismatched_dropped",
@@ -264,41 +248,6 @@ class TieredPromptCache:
         if key is None:
             key = self._model_keys.setdefault(model, "m%d" % next(self._key_numbers))
         return key
-
-    def _model_id(self, model):
-        """The persistent model id of a model key (from its files' content), or None."""
-        try:
-            return self._model_ids[model]
-        except KeyError:
-            pass
-        try:
-            name = self._model_digests.model_id(model)
-        except Error as e:
-            log.warning("kvstore: model %r has no persistent id, memory tier only: %s", model, e)
-            name = None
-        return self._model_ids.setdefault(model, name)
-
-    def _remember(self, name, fingerprint):
-        """Record ``fingerprint`` as what the model named ``name`` produces now."""
-        self._fingerprints[name] = fingerprint
-        if self._stored_structures is not None:
-            self._stored_structures.remember(name, fingerprint)
-
-    def _fingerprint_for(self, model):
-        """The fingerprint the persistent tiers serve ``model`` under, or None."""
-        name = self._model_id(model)
-        if name is None:
-            return None
-        fingerprint = self._fingerprints.get(name)
-        if fingerprint is None and self._stored_structures is not None:
-            # What the model made when it last inserted (before a restart).
-            fingerprint = self._stored_structures.get(name)
-        if fingerprint is None and self._shared is not None:
-            # What another server of the fleet published (sealed like the chunks).
-            fingerprint = self._shared.published_model(name)
-            if fingerprint is not None:
-                self._fingerprints[name] = fingerprint
-        return fingerprint
 
 
 def _salt_bytes(salt):

@@ -16,12 +16,14 @@
 // GIL.
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kvstore/model_registry.h"
 #include "kvstore/server_prompt_cache.h"
 #include "python/src/py_errors.h"
 #include "python/src/py_layer.h"
@@ -69,10 +71,24 @@ void LogWarning(const std::string& message) {
   py::module_::import("logging").attr("getLogger")("kvstore").attr("warning")("kvstore: %s", message);
 }
 
+// The model registry's warnings, from whichever thread it runs on.
+void LogWarningFromAnyThread(const std::string& message) {
+  if (InterpreterGone()) return;
+  py::gil_scoped_acquire gil;
+  try {
+    LogWarning(message);
+  } catch (py::error_already_set&) {
+    // Logging failed (e.g. at shutdown): the warning is lost, nothing else.
+  }
+}
+
 class PyServerPromptCache {
  public:
+  // `directory`: the disk tier's, where the model registry remembers the
+  // models' structures and content digests (None: in memory).
   PyServerPromptCache(int64_t max_size, int64_t max_bytes, const std::string& policy, py::object disk,
-                      py::object shared, size_t disk_queue, int64_t disk_queue_bytes) {
+                      py::object shared, size_t disk_queue, int64_t disk_queue_bytes,
+                      const std::optional<std::string>& directory) {
     ServerPromptCacheOptions options{.max_entries = max_size,
                                      .max_bytes = max_bytes,
                                      .memory_policy = Unwrap(ParseMemoryPolicy(policy)),
@@ -82,7 +98,10 @@ class PyServerPromptCache {
     if (!shared.is_none()) shared_ = SharedTierOf(shared);
     options.disk = store_.get();
     options.shared = shared_.get();
+    persistent_ = store_ != nullptr || shared_ != nullptr;
     cache_ = std::make_unique<ServerPromptCache>(options);
+    models_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
+        .directory = directory.value_or(""), .shared = shared_.get(), .warn = LogWarningFromAnyThread});
   }
 
   // The coordinator flushes the disk writes and drops the entries, which
@@ -90,38 +109,38 @@ class PyServerPromptCache {
   ~PyServerPromptCache() {
     py::gil_scoped_release release;
     cache_.reset();
+    models_.reset();
     store_.reset();
     shared_.reset();
   }
 
   // Stores `caches` in memory, and `layers` (the same caches as kvstore
-  // layers, or None) in the persistent tiers under the fingerprint of
-  // (model_name, layers): `known` when the layers match it (what the model
-  // made last time: no digest to compute), else a new one. Returns
-  // (fingerprint or None, why the caches were not persisted or None).
-  // KeyError for an unknown cache_type, before any change.
-  py::tuple Insert(const std::string& key, const std::optional<std::string>& model_name,
-                   const std::vector<int32_t>& tokens, py::object caches, int64_t nbytes, bool trimmable,
-                   const std::string& cache_type, const py::object& layers, const std::optional<ModelFingerprint>& known,
-                   const std::optional<std::string>& salt) {
+  // layers, or None) in the persistent tiers under the fingerprint the
+  // model registry learns from them for `model` (a model key). Returns why
+  // the caches were not persisted, or None. KeyError for an unknown
+  // cache_type, before any change.
+  py::object Insert(const std::string& key, const py::object& model, const std::vector<int32_t>& tokens,
+                    py::object caches, int64_t nbytes, bool trimmable, const std::string& cache_type,
+                    const py::object& layers, const std::optional<std::string>& salt) {
     const Result<CacheType> type = ParseCacheType(cache_type);
     if (!type.ok()) throw py::key_error(cache_type);  // mlx-lm's KeyError
     PromptScope scope{key, std::nullopt, Tenant(salt)};
     auto entry = std::make_shared<PyEntry>(std::move(caches), nbytes, trimmable);
     PromptCache persistent;
     std::string why;
-    if (model_name && !layers.is_none()) {
-      try {
-        persistent = LayersFromPython(layers);
-        if (known && known->model_id() == *model_name && known->Check(persistent).ok()) {
-          scope.model = known;
-        } else if (Result<ModelFingerprint> made = ModelFingerprint::Of(*model_name, persistent); made.ok()) {
-          scope.model = *made;
-        } else {
-          why = made.status().ToString();
+    if (!layers.is_none()) {
+      if (std::optional<std::string> id = ModelIdOf(model)) {
+        try {
+          persistent = LayersFromPython(layers);
+          py::gil_scoped_release release;
+          if (Result<ModelFingerprint> learned = models_->Learn(*id, persistent); learned.ok()) {
+            scope.model = *learned;
+          } else {
+            why = learned.status().ToString();
+          }
+        } catch (py::error_already_set& e) {
+          why = e.what();
         }
-      } catch (py::error_already_set& e) {
-        why = e.what();
       }
     }
     Status s;
@@ -132,17 +151,32 @@ class PyServerPromptCache {
       persistent.clear();  // may hold the last references to Python buffers
     }
     if (!s.ok()) why = s.ToString();
-    return py::make_tuple(scope.model ? py::cast(*scope.model) : py::none(),
-                          why.empty() ? py::none() : py::cast(why));
+    return why.empty() ? py::none() : py::cast(why);
+  }
+
+  // What `model` makes now, from `layers` (kvstore layers of a cache it
+  // made): the fingerprint, or None when the key has no persistent id.
+  std::optional<ModelFingerprint> RegisterModel(const py::object& model, const py::object& layers) {
+    std::optional<std::string> id = ModelIdOf(model);
+    if (!id) return std::nullopt;
+    const PromptCache persistent = LayersFromPython(layers);
+    py::gil_scoped_release release;
+    return Unwrap(models_->Learn(*id, persistent));
   }
 
   // None on a miss, else (caches, entry_tokens, layers, reused, tier):
   // a memory entry's list (to copy, then trim by entry_tokens - reused) or
   // None, and a persistent tier's kvstore layers or None. A tier's error
   // is logged and is a miss.
-  py::object Fetch(const std::string& key, const std::optional<ModelFingerprint>& model,
-                   const std::vector<int32_t>& tokens, const std::optional<std::string>& salt) {
-    const PromptScope scope{key, model, Tenant(salt)};
+  py::object Fetch(const std::string& key, const py::object& model, const std::vector<int32_t>& tokens,
+                   const std::optional<std::string>& salt) {
+    PromptScope scope{key, std::nullopt, Tenant(salt)};
+    if (persistent_) {
+      if (std::optional<std::string> id = ModelIdOf(model)) {
+        py::gil_scoped_release release;
+        scope.model = models_->Find(*id);
+      }
+    }
     Result<std::optional<ServerPromptCache::Hit>> hit = [&] {
       py::gil_scoped_release release;
       return cache_->Fetch(scope, tokens);
@@ -201,6 +235,7 @@ class PyServerPromptCache {
 
   // Flushes and lets go of the persistent tiers; memory stays usable.
   void Close() {
+    persistent_ = false;  // the registry's shared tier is closing: ask it no more
     py::gil_scoped_release release;
     cache_->ClosePersistentTiers();
     std::lock_guard<std::mutex> l(close_mu_);
@@ -215,7 +250,20 @@ class PyServerPromptCache {
     return Unwrap(TenantSalt::Make(*salt));
   }
 
+  // The persistent model id of a model key, or nullopt (no JSON form, or
+  // files that cannot be read: the registry warns once). REQUIRES: the GIL held.
+  std::optional<std::string> ModelIdOf(const py::object& model) {
+    std::optional<Json> json = ModelKeyAsJson(model);
+    if (!json) return std::nullopt;
+    py::gil_scoped_release release;  // the first time, reads the model's files
+    Result<std::string> id = models_->ModelId(*json);
+    if (!id.ok()) return std::nullopt;
+    return *id;
+  }
+
   std::unique_ptr<ServerPromptCache> cache_;
+  std::unique_ptr<ModelRegistry> models_;  // what each model key is served under
+  std::atomic<bool> persistent_{false};    // the persistent tiers are open
   std::mutex close_mu_;
   std::shared_ptr<PromptCacheStore> store_;    // kept open while the coordinator uses it
   std::shared_ptr<SharedPromptCache> shared_;
@@ -228,13 +276,15 @@ void RegisterServerPromptCache(py::module_& m) {
                                   
                                   "Internal (used by kvstore.mlx_lm.TieredPromptCache): the tier coordinator "
                                   "(kvstore/server_prompt_cache.h).")
-      .def(py::init<int64_t, int64_t, const std::string&, py::object, py::object, size_t, int64_t>(),
+      .def(py::init<int64_t, int64_t, const std::string&, py::object, py::object, size_t, int64_t,
+                    const std::optional<std::string>&>(),
            py::arg("max_size"), py::arg("max_bytes"), py::kw_only(), py::arg("policy") = "mlx-lm",
            py::arg("disk") = py::none(), py::arg("shared") = py::none(), py::arg("disk_queue") = 64,
-           py::arg("disk_queue_bytes") = int64_t{1} << 30)
-      .def("insert", &PyServerPromptCache::Insert, py::arg("key"), py::arg("model_name"), py::arg("tokens"),
+           py::arg("disk_queue_bytes") = int64_t{1} << 30, py::arg("directory") = py::none())
+      .def("insert", &PyServerPromptCache::Insert, py::arg("key"), py::arg("model"), py::arg("tokens"),
            py::arg("caches"), py::arg("nbytes"), py::arg("trimmable"), py::arg("cache_type"), py::arg("layers"),
-           py::arg("known") = py::none(), py::arg("salt") = py::none())
+           py::arg("salt") = py::none())
+      .def("register_model", &PyServerPromptCache::RegisterModel, py::arg("model"), py::arg("layers"))
       .def("fetch", &PyServerPromptCache::Fetch, py::arg("key"), py::arg("model"), py::arg("tokens"),
            py::arg("salt") = py::none())
       .def("trim_to", &PyServerPromptCache::TrimTo, py::arg("n_sequences") = py::none(),

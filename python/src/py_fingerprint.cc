@@ -19,8 +19,6 @@ namespace kvstore::python {
 
 namespace {
 
-// A model key (mlx_lm.server's tuple of strings and None) as JSON; nullopt
-// for a key JSON cannot name (it then has no persistent identity).
 std::optional<Json> KeyAsJson(py::handle key, int depth) {
   if (depth > 16) return std::nullopt;
   if (key.is_none()) return Json();
@@ -48,6 +46,8 @@ std::optional<Json> KeyAsJson(py::handle key, int depth) {
 
 }  // namespace
 
+std::optional<Json> ModelKeyAsJson(py::handle key) { return KeyAsJson(key, 0); }
+
 void RegisterModelFingerprint(py::module_& m) {
   py::class_<ModelContentDigests>(m, "ModelContentDigests", R"doc(
 Internal (used by kvstore.mlx_lm.TieredPromptCache). Model ids from what a
@@ -62,7 +62,7 @@ memory only).)doc")
       .def(
           "model_id",
           [](ModelContentDigests& digests, const py::object& key) -> std::optional<std::string> {
-            std::optional<Json> json = KeyAsJson(key, 0);
+            std::optional<Json> json = ModelKeyAsJson(key);
             if (!json) return std::nullopt;
             Result<std::string> id = [&] {
               py::gil_scoped_release release;  // may read the weights once

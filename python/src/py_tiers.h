@@ -8,8 +8,10 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 
 #include "kvstore/cache.h"
+#include "kvstore/json.h"
 #include "kvstore/prompt_cache_store.h"
 #include "kvstore/shared_prompt_cache.h"
 #include "kvstore/status.h"
@@ -35,6 +37,11 @@ void StoreLayers(pybind11::handle layers, Store store) {
 // when it is closed, TypeError for another object. REQUIRES: the GIL held.
 std::shared_ptr<PromptCacheStore> DiskStoreOf(pybind11::handle disk);
 std::shared_ptr<SharedPromptCache> SharedTierOf(pybind11::handle shared);
+
+// A model key (mlx_lm.server's tuple of strings and None) as JSON; nullopt
+// for a key JSON cannot name (it then has no persistent identity).
+// REQUIRES: the GIL held.
+std::optional<Json> ModelKeyAsJson(pybind11::handle key);
 
 void RegisterServerPromptCache(pybind11::module_& m);
 void RegisterDiskStore(pybind11::module_& m);
