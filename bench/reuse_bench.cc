@@ -65,7 +65,7 @@ void BM_TieredFetchMemoryHit(benchmark::State& state) {
     return;
   }
   const auto policy = state.range(0) ? kvstore::MemoryPolicy::kMlxLm : kvstore::MemoryPolicy::kServer;
-  kvstore::ServerPromptCache cache({.disk = store->get(), .memory_policy = policy, .async_disk_writes = false});
+  kvstore::ServerPromptCache cache({.disk = store->get(), .memory_policy = policy, .async_writes = false});
   std::vector<int32_t> key(static_cast<size_t>(tokens));
   for (int64_t i = 0; i < tokens; ++i) key[i] = static_cast<int32_t>(i);
   const kvstore::PromptCache stored = BigCache(tokens, 1);

@@ -154,7 +154,7 @@ TEST(PromptCacheMetricsTest, DroppedWritesAreCounted) {
   ASSERT_OK_AND_ASSIGN(auto store, PromptCacheStore::Open(env.get(), "/store", {}));
   const PromptCache stored = Attention(8, 1);
   const ModelFingerprint fp = testing::FingerprintOf(stored, "m");
-  ServerPromptCache cache({.disk = store.get(), .disk_queue_capacity = 0});
+  ServerPromptCache cache({.disk = store.get(), .write_queue_capacity = 0});
   ASSERT_OK(cache.Insert(fp, Iota(8), stored));
   cache.Flush();
   EXPECT_EQ(store->entries(), 0);
@@ -185,7 +185,7 @@ TEST(PromptCacheMetricsTest, DiskWriteErrors) {
   env.FailAlways(FaultInjectionEnv::Op::kRename);
   const PromptCache stored = Attention(8, 1);
   const ModelFingerprint fp = testing::FingerprintOf(stored, "m");
-  ServerPromptCache sync({.disk = store.get(), .async_disk_writes = false});
+  ServerPromptCache sync({.disk = store.get(), .async_writes = false});
   EXPECT_THAT(sync.Insert(fp, Iota(8), stored), testing::HasCode(StatusCode::kIOError, "injected fault"));
   ServerPromptCache async({.disk = store.get()});
   ASSERT_OK(async.Insert(fp, Iota(8), stored));

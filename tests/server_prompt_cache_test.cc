@@ -138,7 +138,9 @@ TEST(ServerPromptCacheTest, AnotherServersPrefixComesFromTheSharedTier) {
   const Tokens system = Iota(64);
   const PromptCache stored = Prompt(64, 11);
   ASSERT_OK(a.Insert(Model(), system, stored));
+  a.Flush();  // the shared tier's writes are queued: a's chunks are stored first
   ASSERT_OK(b.Insert(Model(), std::span(system).first(20), Prompt(20, 11)));  // b knows a shorter prefix
+  b.Flush();
   Tokens query = system;
   query.push_back(-5);
   ASSERT_OK_AND_ASSIGN(auto hit, b.Fetch(Model(), query));

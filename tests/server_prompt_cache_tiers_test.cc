@@ -134,6 +134,7 @@ TEST(ServerPromptCacheTiersTest, ASharedHitOfTheWholePromptLeavesOneToken) {
     const ModelFingerprint fp = testing::FingerprintOf(stored, "m");
     ServerPromptCache other({.shared = tier.get(), .memory_policy = policy});
     ASSERT_OK(other.Insert(fp, Iota(32), stored));
+    other.Flush();  // the write is queued
     ServerPromptCache cache({.shared = tier.get(), .memory_policy = policy});
     ASSERT_OK_AND_ASSIGN(auto hit, cache.Fetch(fp, Iota(32)));
     ExpectServed(hit, PromptCacheTier::kShared, 31, TrimmedTo(stored, 31));

@@ -123,7 +123,7 @@ struct Tiers {
   std::unique_ptr<ServerPromptCache> Server(bool disk, bool shared_tier) {
     return std::make_unique<ServerPromptCache>(ServerPromptCacheOptions{
         .disk = disk ? store.get() : nullptr, .shared = shared_tier ? shared.get() : nullptr,
-        .async_disk_writes = false});
+        .async_writes = false});
   }
 };
 

@@ -54,15 +54,15 @@
 #define KVSTORE_SERVER_PROMPT_CACHE_H_
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kvstore/cache.h"
 #include "kvstore/lru_prompt_cache.h"
@@ -76,7 +76,7 @@ namespace kvstore {
 
 class MemoryTier;
 class ServingPolicy;
-class TierWriter;
+class Tier;
 
 enum class MemoryPolicy { kServer, kMlxLm };
 std::string_view MemoryPolicyName(MemoryPolicy policy);  // "server", "mlx-lm"
@@ -104,12 +104,13 @@ struct ServerPromptCacheOptions {
   PromptCacheStore* disk = nullptr;     // optional disk tier; not owned, must outlive the cache
   SharedPromptCache* shared = nullptr;  // optional shared tier; not owned, must outlive the cache
   MemoryPolicy memory_policy = MemoryPolicy::kServer;
-  // Disk writes wait in a queue of at most this many caches and bytes
-  // (a cache larger than the byte bound is queued only alone) for one
-  // writer thread; a newer write of a waiting key replaces it.
-  size_t disk_queue_capacity = 16;
-  int64_t disk_queue_bytes = int64_t{1} << 30;
-  bool async_disk_writes = true;  // false: Insert writes the disk tier before returning
+  // Each persistent tier's writes wait in a queue of its own, of at most
+  // this many caches and bytes (a cache larger than the byte bound is
+  // queued only alone), for one writer thread; a newer write of a waiting
+  // key replaces it (libkvstore/tiers/tier_writer.h).
+  size_t write_queue_capacity = 16;
+  int64_t write_queue_bytes = int64_t{1} << 30;
+  bool async_writes = true;  // false: Insert writes the disk and shared tiers before returning
 };
 
 // Whose entries a call reads or writes. Every call for one model passes
@@ -143,7 +144,7 @@ struct PromptInsertOptions {
 class ServerPromptCache {
  public:
   explicit ServerPromptCache(const ServerPromptCacheOptions& options);
-  // Finishes the queued disk writes (the shared tier's queue is its own).
+  // Finishes the writes queued for the disk and shared tiers.
   ~ServerPromptCache();
 
   struct Hit {
@@ -174,8 +175,8 @@ class ServerPromptCache {
   // snapshots have no offset and are exempt). With options.memory_entry the
   // entry is stored in memory whatever the checks of `cache` say, and a
   // refused `cache` is only not persisted (the error is returned). Counted
-  // in metrics().inserts_refused. With async_disk_writes off, also the disk
-  // tier's errors.
+  // in metrics().inserts_refused. With async_writes off, also the
+  // persistent tiers' errors.
   Status Insert(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
                 const PromptInsertOptions& options = {});
   Status Insert(const ModelFingerprint& model, std::span<const int32_t> tokens, const PromptCache& cache,
@@ -212,43 +213,28 @@ class ServerPromptCache {
 
  private:
   struct Candidate;
+  // Copies and trims a candidate to what it serves; nullopt when a layer
+  // cannot be trimmed exactly.
   Result<std::optional<Hit>> Serve(const Candidate& c);
-  // `key` is the scope's memory key with its tenant (SaltedMemoryKey).
-  Result<std::optional<Hit>> FromMemory(const std::string& key, std::span<const int32_t> tokens);
-  // What a persistent tier loaded: a cache of `length` tokens.
-  struct Loaded {
-    PromptCache cache;
-    int64_t length = 0;
-    int64_t foreign_tokens = 0;
-  };
-  // A disk or shared hit reusing more than `reused` tokens; load(n) asks the
-  // tier for the first n tokens (an entry serving more than `reused`).
-  // REQUIRES: tiers_mu_ held (shared).
-  Result<std::optional<Hit>> FromPersistent(const std::string& key, std::span<const int32_t> tokens, int64_t reused,
-                                            PromptCacheTier tier,
-                                            const std::function<Result<std::optional<Loaded>>(size_t)>& load);
-  void Link(const std::string& key, std::span<const int32_t> tokens, std::shared_ptr<const MemoryEntry> entry,
-            CacheType type);
+  // The best hit `tier` offers for `tokens` reusing more than `have`
+  // (under the policy's rules: how many tokens it may reuse; an entry
+  // holding more that cannot be trimmed sends the tier back for the query
+  // less its last token, where a checkpoint may be).
+  Result<std::optional<Hit>> FromTier(Tier& tier, const std::string& key, const PromptScope& scope,
+                                      std::span<const int32_t> tokens, int64_t have);
   // Checks `cache` before it is stored: the fingerprint, each layer's token count, the checkpoints.
   Status Check(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
                std::span<const PromptCacheCheckpoint> checkpoints, bool model_checked);
-  Status Persist(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
-                 std::span<const PromptCacheCheckpoint> checkpoints);
-  Status QueueDiskWrite(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache);
-  void Count(const std::optional<Hit>& hit, double seconds, bool asked_disk, bool asked_shared, bool unknown_model);
-  // The disk and shared tiers' own counters. REQUIRES: tiers_mu_ held, the tiers open.
-  PromptCacheMetrics TierCounters() const;
+  void Count(const std::optional<Hit>& hit, double seconds, const bool asked[kNumPromptCacheTiers],
+             bool unknown_model);
 
   ServerPromptCacheOptions options_;
   const ServingPolicy& policy_;  // the rules of options_.memory_policy
+  std::unique_ptr<MemoryTier> memory_;
+  std::vector<std::unique_ptr<Tier>> persistent_;  // disk, then shared: the order they are asked in
+  std::atomic<bool> persistent_open_{false};       // some persistent tier is open
   mutable std::mutex mu_;
-  std::unique_ptr<MemoryTier> memory_;  // guarded by mu_
-  PromptCacheMetrics counts_;           // guarded by mu_: the coordinator's own counters
-  // The persistent tiers while open; a call holds the shared lock while it uses them.
-  mutable std::shared_mutex tiers_mu_;
-  bool tiers_closed_ = false;  // guarded by tiers_mu_
-  PromptCacheMetrics closed_tier_counters_;  // TierCounters() at ClosePersistentTiers; guarded by tiers_mu_
-  std::unique_ptr<TierWriter> disk_writer_;
+  PromptCacheMetrics counts_;  // guarded by mu_: the coordinator's own counters
 };
 
 }  // namespace kvstore

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "libkvstore/tiers/memory_tier.h"
+#include "libkvstore/tiers/memory_index.h"
 
 namespace kvstore {
 namespace {
@@ -13,11 +13,11 @@ namespace {
 class ServerPolicy final : public ServingPolicy {
  public:
   MemoryPolicy id() const override { return MemoryPolicy::kServer; }
-  std::unique_ptr<MemoryTier> NewMemoryTier(int64_t max_entries, int64_t max_bytes) const override {
-    return NewLruMemoryTier(max_entries, max_bytes);
+  std::unique_ptr<MemoryIndex> NewMemoryIndex(int64_t max_entries, int64_t max_bytes) const override {
+    return NewLruMemoryIndex(max_entries, max_bytes);
   }
   int64_t MostReused(PromptCacheTier, int64_t query) const override { return std::max<int64_t>(query - 1, 0); }
-  int64_t FewestReused() const override { return 1; }
+  int64_t FewestReused(PromptCacheTier) const override { return 1; }
   bool KeepsPersistentHits() const override { return true; }
   bool StoresEmptyKeys() const override { return false; }
 };
@@ -32,13 +32,13 @@ class ServerPolicy final : public ServingPolicy {
 class MlxLmPolicy final : public ServingPolicy {
  public:
   MemoryPolicy id() const override { return MemoryPolicy::kMlxLm; }
-  std::unique_ptr<MemoryTier> NewMemoryTier(int64_t max_entries, int64_t max_bytes) const override {
-    return NewMlxLmMemoryTier(max_entries, max_bytes);
+  std::unique_ptr<MemoryIndex> NewMemoryIndex(int64_t max_entries, int64_t max_bytes) const override {
+    return NewMlxLmMemoryIndex(max_entries, max_bytes);
   }
   int64_t MostReused(PromptCacheTier tier, int64_t query) const override {
     return tier == PromptCacheTier::kMemory ? query : std::max<int64_t>(query - 1, 0);
   }
-  int64_t FewestReused() const override { return 0; }
+  int64_t FewestReused(PromptCacheTier tier) const override { return tier == PromptCacheTier::kMemory ? 0 : 1; }
   bool KeepsPersistentHits() const override { return false; }
   bool StoresEmptyKeys() const override { return true; }
 };

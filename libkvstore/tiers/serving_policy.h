@@ -15,14 +15,14 @@
 
 namespace kvstore {
 
-class MemoryTier;
+class MemoryIndex;
 
 class ServingPolicy {
  public:
   virtual ~ServingPolicy() = default;
 
   virtual MemoryPolicy id() const = 0;
-  virtual std::unique_ptr<MemoryTier> NewMemoryTier(int64_t max_entries, int64_t max_bytes) const = 0;
+  virtual std::unique_ptr<MemoryIndex> NewMemoryIndex(int64_t max_entries, int64_t max_bytes) const = 0;
 
   // The most of a query's `query` tokens a hit from `tier` may reuse; the
   // rest are processed. A persistent tier's hit leaves at least one token
@@ -31,8 +31,8 @@ class ServingPolicy {
   // cannot start from nothing. A hit holding more is trimmed, or, when it
   // cannot be, the tier is asked again for the query less its last token.
   virtual int64_t MostReused(PromptCacheTier tier, int64_t query) const = 0;
-  // The fewest tokens a hit must reuse to be served.
-  virtual int64_t FewestReused() const = 0;
+  // The fewest tokens a hit from `tier` must reuse to be served.
+  virtual int64_t FewestReused(PromptCacheTier tier) const = 0;
   // Whether a persistent tier's hit is kept in memory.
   virtual bool KeepsPersistentHits() const = 0;
   // Whether a cache of no tokens may be inserted (into memory only).

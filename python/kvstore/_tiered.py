@@ -44,7 +44,7 @@ class TieredPromptCache:
     mlx_lm.server needs to generate); a corrupt, unreadable or
     unreachable entry is a miss (logged or counted), never an exception. Inserts go to
     memory at once and are queued in C++ for the persistent tiers (at most
-    ``disk_queue`` caches wait for the disk; a full queue drops the write and counts
+    ``disk_queue`` caches wait for each of them; a full queue drops the write and counts
     it); ``flush()`` waits for them, ``close()`` (also on ``with`` exit, when the object
     is collected, and at interpreter exit) flushes and releases the directory and the
     connections. A server restarted on the same directory serves its old prefixes.
@@ -88,7 +88,7 @@ class TieredPromptCache:
         environment variable; unset or empty: none),
         its keys under ``redis_key_prefix``, sealed with ``redis_secret`` (default: the
         KVSTORE_SHARED_SECRET environment variable) in chunks of ``redis_chunk_tokens``;
-        disk_queue: how many inserts may wait for the disk. ``redis_namespace`` is a deprecated
+        disk_queue: how many inserts may wait for each persistent tier (disk, Redis). ``redis_namespace`` is a deprecated
         alias of ``redis_key_prefix``. Raises as kvstore does when a tier cannot be opened
         (e.g. PermissionDeniedError when Redis refuses the login).
         """
@@ -109,7 +109,7 @@ class TieredPromptCache:
         if redis is not None:
             try:
                 self._shared = _kvstore.SharedTier(os.fspath(redis), redis_key_prefix, redis_secret,
-                                                   redis_chunk_tokens, async_insert=True)
+                                                   redis_chunk_tokens, async_insert=False)  # the coordinator queues
             except BaseException:
                 _close(None, self._disk, None)
                 raise
@@ -266,7 +266,7 @@ def stop_on_sigterm():
     for the persistent tiers are not lost.
 
     Python runs no cleanup when SIGTERM kills it: the caches a TieredPromptCache has
-    queued for the disk and Redis (at most ``disk_queue``; usually the last response's)
+    queued for the disk and Redis (at most ``disk_queue`` each; usually the last response's)
     are lost. After this call SIGTERM raises KeyboardInterrupt in the main thread, which
     mlx_lm.server handles by shutting its HTTP server down and joining its generation
     thread; the interpreter then exits, and its exit hooks flush and close every

@@ -87,13 +87,13 @@ class PyServerPromptCache {
   // `directory`: the disk tier's, where the model registry remembers the
   // models' structures and content digests (None: in memory).
   PyServerPromptCache(int64_t max_size, int64_t max_bytes, const std::string& policy, py::object disk,
-                      py::object shared, size_t disk_queue, int64_t disk_queue_bytes,
+                      py::object shared, size_t disk_queue, int64_t write_queue_bytes,
                       const std::optional<std::string>& directory) {
     ServerPromptCacheOptions options{.max_entries = max_size,
                                      .max_bytes = max_bytes,
                                      .memory_policy = Unwrap(ParseMemoryPolicy(policy)),
-                                     .disk_queue_capacity = disk_queue,
-                                     .disk_queue_bytes = disk_queue_bytes};
+                                     .write_queue_capacity = disk_queue,
+                                     .write_queue_bytes = write_queue_bytes};
     if (!disk.is_none()) store_ = DiskStoreOf(disk);
     if (!shared.is_none()) shared_ = SharedTierOf(shared);
     options.disk = store_.get();
@@ -280,7 +280,7 @@ void RegisterServerPromptCache(py::module_& m) {
                     const std::optional<std::string>&>(),
            py::arg("max_size"), py::arg("max_bytes"), py::kw_only(), py::arg("policy") = "mlx-lm",
            py::arg("disk") = py::none(), py::arg("shared") = py::none(), py::arg("disk_queue") = 64,
-           py::arg("disk_queue_bytes") = int64_t{1} << 30, py::arg("directory") = py::none())
+           py::arg("write_queue_bytes") = int64_t{1} << 30, py::arg("directory") = py::none())
       .def("insert", &PyServerPromptCache::Insert, py::arg("key"), py::arg("model"), py::arg("tokens"),
            py::arg("caches"), py::arg("nbytes"), py::arg("trimmable"), py::arg("cache_type"), py::arg("layers"),
            py::arg("salt") = py::none())

@@ -9,18 +9,18 @@
 #include <algorithm>
 #include <limits>
 
-#include "libkvstore/tiers/memory_tier.h"
+#include "libkvstore/tiers/memory_index.h"
 #include "libkvstore/tiers/prefix_hash.h"
 #include "libkvstore/tiers/prefix_index.h"
 
 namespace kvstore {
 namespace {
 
-class LruMemoryTier final : public MemoryTier {
+class LruMemoryIndex final : public MemoryIndex {
  public:
-  LruMemoryTier(int64_t max_entries, int64_t max_bytes) : max_entries_(max_entries), max_bytes_(max_bytes) {}
+  LruMemoryIndex(int64_t max_entries, int64_t max_bytes) : max_entries_(max_entries), max_bytes_(max_bytes) {}
 
-  std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens,
+  std::vector<TierHit> Find(const std::string& model, std::span<const int32_t> tokens,
                               int64_t max_reused) override;
   void Insert(const std::string& model, std::span<const int32_t> tokens, EntryPtr entry, CacheType type,
               std::vector<EntryPtr>& removed) override;
@@ -45,27 +45,26 @@ class LruMemoryTier final : public MemoryTier {
   std::array<CacheTypeStats, kNumCacheTypes> by_type_{};
 };
 
-std::vector<MemoryTier::Candidate> LruMemoryTier::Find(const std::string& model, std::span<const int32_t> tokens,
-                                                       int64_t max_reused) {
+std::vector<TierHit> LruMemoryIndex::Find(const std::string& model, std::span<const int32_t> tokens,
+                                          int64_t max_reused) {
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
-  std::vector<Candidate> out;
+  std::vector<TierHit> out;
   int64_t prefix = 0;
   if (const auto* node = index_.FindLongestPrefix(model, tokens, hashes, tokens.size())) {
     prefix = static_cast<int64_t>(node->value.key.tokens.size());
-    out.push_back({node->value.entry, prefix, std::min(prefix, max_reused),
-                   node->value.key.tokens.size() == tokens.size()});
+    out.push_back({node->value.entry, prefix, std::min(prefix, max_reused)});
   }
   int64_t common = 0;
   if (const auto* node = index_.FindLonger(model, tokens, hashes, prefix, common)) {
     out.push_back({node->value.entry, static_cast<int64_t>(node->value.key.tokens.size()),
-                   std::min(common, max_reused), false});
+                   std::min(common, max_reused)});
   }
   // The more reused first (a stable sort keeps the stored prefix first on a tie).
-  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.reused > b.reused; });
+  std::stable_sort(out.begin(), out.end(), [](const TierHit& a, const TierHit& b) { return a.reused > b.reused; });
   return out;
 }
 
-void LruMemoryTier::Erase(uint64_t key_hash, std::vector<EntryPtr>& removed) {
+void LruMemoryIndex::Erase(uint64_t key_hash, std::vector<EntryPtr>& removed) {
   std::optional<Entry> e = index_.Erase(key_hash);
   if (!e) return;
   CacheTypeStats& t = by_type_[static_cast<size_t>(e->type)];
@@ -74,14 +73,14 @@ void LruMemoryTier::Erase(uint64_t key_hash, std::vector<EntryPtr>& removed) {
   removed.push_back(std::move(e->entry));
 }
 
-void LruMemoryTier::EvictWhileOver(int64_t max_entries, int64_t max_bytes, std::vector<EntryPtr>& removed) {
+void LruMemoryIndex::EvictWhileOver(int64_t max_entries, int64_t max_bytes, std::vector<EntryPtr>& removed) {
   while (index_.size() > 0 &&
          (index_.bytes() > max_bytes || static_cast<int64_t>(index_.size()) > max_entries)) {
     Erase(index_.LeastRecent()->id, removed);
   }
 }
 
-void LruMemoryTier::Insert(const std::string& model, std::span<const int32_t> tokens, EntryPtr entry,
+void LruMemoryIndex::Insert(const std::string& model, std::span<const int32_t> tokens, EntryPtr entry,
                            CacheType type, std::vector<EntryPtr>& removed) {
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
   const uint64_t key = hashes.back();
@@ -97,7 +96,7 @@ void LruMemoryTier::Insert(const std::string& model, std::span<const int32_t> to
   EvictWhileOver(max_entries_, max_bytes_, removed);
 }
 
-void LruMemoryTier::TrimTo(std::optional<int64_t> entries, std::optional<int64_t> bytes,
+void LruMemoryIndex::TrimTo(std::optional<int64_t> entries, std::optional<int64_t> bytes,
                            std::vector<EntryPtr>& removed) {
   constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
   EvictWhileOver(entries ? std::max<int64_t>(0, *entries) : kNoLimit, bytes ? std::max<int64_t>(0, *bytes) : kNoLimit,
@@ -106,8 +105,8 @@ void LruMemoryTier::TrimTo(std::optional<int64_t> entries, std::optional<int64_t
 
 }  // namespace
 
-std::unique_ptr<MemoryTier> NewLruMemoryTier(int64_t max_entries, int64_t max_bytes) {
-  return std::make_unique<LruMemoryTier>(max_entries, max_bytes);
+std::unique_ptr<MemoryIndex> NewLruMemoryIndex(int64_t max_entries, int64_t max_bytes) {
+  return std::make_unique<LruMemoryIndex>(max_entries, max_bytes);
 }
 
 }  // namespace kvstore

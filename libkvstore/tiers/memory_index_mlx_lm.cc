@@ -4,21 +4,20 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "libkvstore/tiers/memory_tier.h"
+#include "libkvstore/tiers/memory_index.h"
 
 namespace kvstore {
 namespace {
 
-class MlxLmMemoryTier final : public MemoryTier {
+class MlxLmMemoryIndex final : public MemoryIndex {
  public:
-  MlxLmMemoryTier(int64_t max_entries, int64_t max_bytes) : core_(max_entries, max_bytes) {}
+  MlxLmMemoryIndex(int64_t max_entries, int64_t max_bytes) : core_(max_entries, max_bytes) {}
 
-  std::vector<Candidate> Find(const std::string& model, std::span<const int32_t> tokens,
-                              int64_t max_reused) override {
+  std::vector<TierHit> Find(const std::string& model, std::span<const int32_t> tokens,
+                            int64_t max_reused) override {
     const std::optional<internal::LruPromptCore::Nearest> found = core_.Find(model, tokens);
     if (!found) return {};
-    return {{entries_.at(found->id), found->length, std::min(found->reused, max_reused),
-             found->length == static_cast<int64_t>(tokens.size())}};
+    return {{entries_.at(found->id), found->length, std::min(found->reused, max_reused)}};
   }
 
   void Insert(const std::string& model, std::span<const int32_t> tokens, EntryPtr entry, CacheType type,
@@ -54,8 +53,8 @@ class MlxLmMemoryTier final : public MemoryTier {
 
 }  // namespace
 
-std::unique_ptr<MemoryTier> NewMlxLmMemoryTier(int64_t max_entries, int64_t max_bytes) {
-  return std::make_unique<MlxLmMemoryTier>(max_entries, max_bytes);
+std::unique_ptr<MemoryIndex> NewMlxLmMemoryIndex(int64_t max_entries, int64_t max_bytes) {
+  return std::make_unique<MlxLmMemoryIndex>(max_entries, max_bytes);
 }
 
 }  // namespace kvstore

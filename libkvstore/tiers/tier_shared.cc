@@ -1,0 +1,128 @@
+// The shared tier: a SharedPromptCache (chunks in a KvBackend, e.g. Redis),
+// its writes queued on a TierWriter like the disk's.
+#include <mutex>
+#include <shared_mutex>
+#include <utility>
+
+#include "libkvstore/tiers/tier.h"
+
+namespace kvstore {
+namespace {
+
+size_t Index(RefusalReason reason) { return static_cast<size_t>(reason); }
+
+struct CheckpointCopy {
+  int64_t tokens;
+  PromptCache cache;
+};
+
+class SharedTier final : public Tier {
+ public:
+  SharedTier(std::shared_ptr<SharedPromptCache> shared, const TierWriter::Options& writes)
+      : shared_(std::move(shared)), writer_(writes) {}
+  ~SharedTier() override { writer_.Close(); }
+
+  PromptCacheTier id() const override { return PromptCacheTier::kShared; }
+
+  // Whole chunks only, and a round trip (bounded by the backend's timeout):
+  // worth asking when a chunk boundary of the query lies past `have` (the
+  // hit then adds at least that chunk's last token).
+  bool CouldServeMore(int64_t query, int64_t have) const override {
+    const int64_t chunk = shared_->chunk_tokens();
+    return query / chunk * chunk > have;
+  }
+
+  Result<std::vector<TierHit>> Find(const TierQuery& query) override {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    if (closed_ || query.tokens.empty()) return std::vector<TierHit>();
+    KV_ASSIGN_OR_RETURN(std::optional<SharedPromptCache::Hit> got,
+                        shared_->Fetch(*query.model, query.tokens, query.have, query.tenant));
+    if (!got) return std::vector<TierHit>();
+    auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
+    return std::vector<TierHit>{{std::move(entry), got->tokens, std::min(got->tokens, query.most), got->foreign_tokens}};
+  }
+
+  // One queued write per insert: its chunks are stored once, with snapshot
+  // layers at the checkpoints.
+  Status Store(const TierWrite& write) override {
+    PromptCache copy = CopyLayers(*write.cache);
+    int64_t bytes = CacheBytes(copy);
+    std::vector<CheckpointCopy> checkpoints;
+    for (const PromptCacheCheckpoint& cp : write.checkpoints) {
+      checkpoints.push_back({cp.tokens, CopyLayers(cp.cache)});
+      bytes += CacheBytes(checkpoints.back().cache);
+    }
+    std::optional<TenantSalt> tenant;
+    if (write.tenant != nullptr) tenant = *write.tenant;
+    return writer_.Submit(TierWriteKey(write, write.tokens), bytes,
+                          [shared = shared_, model = *write.model, tenant = std::move(tenant),
+                           tokens = std::vector<int32_t>(write.tokens.begin(), write.tokens.end()),
+                           copy = std::move(copy), checkpoints = std::move(checkpoints)] {
+                            std::vector<PromptCacheCheckpoint> at;
+                            for (const CheckpointCopy& cp : checkpoints) at.push_back({cp.tokens, cp.cache});
+                            return shared->Insert(model, tokens, copy, at, tenant ? &*tenant : nullptr);
+                          });
+  }
+
+  // The queue, then the shared tier's own (when it was opened with one).
+  void Flush() override {
+    writer_.Flush();
+    std::shared_lock<std::shared_mutex> l(mu_);
+    if (!closed_) shared_->Flush();
+  }
+
+  // Once: the caller may close the shared tier as soon as the first Close returns.
+  void Close() override {
+    std::call_once(closed_once_, [&] {
+      writer_.Close();
+      shared_->Flush();
+      PromptCacheMetrics last;
+      AddSharedCounters(last);
+      std::unique_lock<std::shared_mutex> l(mu_);
+      closed_ = true;
+      closed_counters_ = std::move(last);
+    });
+  }
+
+  // Writes are counted in chunks by the shared tier itself; the queue adds
+  // its drops.
+  void AddMetrics(PromptCacheMetrics& m) const override {
+    {
+      std::shared_lock<std::shared_mutex> l(mu_);
+      if (closed_) {
+        m.Add(closed_counters_);
+      } else {
+        AddSharedCounters(m);
+      }
+    }
+    m.tier(PromptCacheTier::kShared).write_queue_drops += writer_.stats().dropped;
+  }
+
+ private:
+  void AddSharedCounters(PromptCacheMetrics& m) const {
+    const SharedPromptCache::Stats s = shared_->stats();
+    TierMetrics& t = m.tier(PromptCacheTier::kShared);
+    t.writes += s.chunks_written + s.snapshots_written;
+    t.bytes_written += s.bytes_written;
+    t.write_queue_drops += s.inserts_dropped;
+    t.write_errors += s.insert_errors;
+    t.refused[Index(RefusalReason::kCorrupt)] += s.corrupt;
+    t.refused[Index(RefusalReason::kForged)] += s.forged;
+    t.refused[Index(RefusalReason::kWrongKey)] += s.mismatched;
+  }
+
+  const std::shared_ptr<SharedPromptCache> shared_;
+  TierWriter writer_;
+  std::once_flag closed_once_;
+  mutable std::shared_mutex mu_;
+  bool closed_ = false;                 // guarded by mu_
+  PromptCacheMetrics closed_counters_;  // guarded by mu_: the shared tier's at Close()
+};
+
+}  // namespace
+
+std::unique_ptr<Tier> NewSharedTier(std::shared_ptr<SharedPromptCache> shared, const TierWriter::Options& writes) {
+  return std::make_unique<SharedTier>(std::move(shared), writes);
+}
+
+}  // namespace kvstore
