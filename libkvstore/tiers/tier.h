@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -115,6 +116,39 @@ class MemoryTier final : public Tier {
 
   mutable std::mutex mu_;
   std::unique_ptr<MemoryIndex> index_;  // guarded by mu_
+};
+
+// What the disk and shared tiers share: a TierWriter for their writes,
+// and closing (once: the caller may close what the tier wraps as soon as the
+// first Close returns; later, Find finds nothing and the counters are those
+// at Close).
+class PersistentTier : public Tier {
+ public:
+  explicit PersistentTier(const TierWriter::Options& writes) : writer_(writes) {}
+  ~PersistentTier() override;  // finishes the queued writes (they hold what they use)
+
+  Result<std::vector<TierHit>> Find(const TierQuery& query) final;
+  void Flush() final;
+  void Close() final;
+  void AddMetrics(PromptCacheMetrics& m) const final;
+
+ protected:
+  // Find on the open tier, for a query of at least one token.
+  virtual Result<std::vector<TierHit>> FindOpen(const TierQuery& query) = 0;
+  // The counters of what the tier wraps (entries, writes it counts itself, refusals).
+  virtual void AddOwnCounters(PromptCacheMetrics& m) const = 0;
+  // The queue's counters, as this tier counts them.
+  virtual void AddQueueCounters(const TierWriter::Stats& queue, PromptCacheMetrics& m) const = 0;
+  // Waits for writes queued beyond writer() (a shared tier's own queue).
+  virtual void FlushOwn() {}
+  TierWriter& writer() { return writer_; }
+
+ private:
+  TierWriter writer_;
+  std::once_flag closed_once_;
+  mutable std::shared_mutex mu_;        // a Find holds it shared while it uses the tier
+  bool closed_ = false;                 // guarded by mu_
+  PromptCacheMetrics closed_counters_;  // guarded by mu_: AddOwnCounters at Close
 };
 
 std::unique_ptr<Tier> NewDiskTier(std::shared_ptr<PromptCacheStore> store, const TierWriter::Options& writes);

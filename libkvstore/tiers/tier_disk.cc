@@ -1,6 +1,4 @@
 // The disk tier: a PromptCacheStore, its writes queued on a TierWriter.
-#include <mutex>
-#include <shared_mutex>
 #include <utility>
 
 #include "libkvstore/tiers/tier.h"
@@ -19,26 +17,12 @@ namespace {
 
 size_t Index(RefusalReason reason) { return static_cast<size_t>(reason); }
 
-class DiskTier final : public Tier {
+class DiskTier final : public PersistentTier {
  public:
   DiskTier(std::shared_ptr<PromptCacheStore> store, const TierWriter::Options& writes)
-      : store_(std::move(store)), writer_(writes) {}
-  ~DiskTier() override { writer_.Close(); }
+      : PersistentTier(writes), store_(std::move(store)) {}
 
   PromptCacheTier id() const override { return PromptCacheTier::kDisk; }
-
-  // The index is in memory: asking costs a lookup, and only an entry
-  // serving more than query.have is read.
-  Result<std::vector<TierHit>> Find(const TierQuery& query) override {
-    std::shared_lock<std::shared_mutex> l(mu_);
-    if (closed_ || query.tokens.empty()) return std::vector<TierHit>();
-    KV_ASSIGN_OR_RETURN(std::optional<PromptCacheStore::Hit> got,
-                        store_->FetchLongestPrefix(*query.model, query.tokens, query.tenant, query.have));
-    if (!got) return std::vector<TierHit>();
-    const int64_t reused = std::min({got->length, static_cast<int64_t>(query.tokens.size()), query.most});
-    auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
-    return std::vector<TierHit>{{std::move(entry), got->length, reused}};
-  }
 
   // Checkpoints first: the whole cache, written last, supersedes those it
   // can serve (PromptCacheStore::Put), as it would not a prefix written
@@ -50,51 +34,19 @@ class DiskTier final : public Tier {
     return Queue(write, write.tokens, *write.cache);
   }
 
-  void Flush() override { writer_.Flush(); }
-
-  // Once: the caller may close the store as soon as the first Close returns.
-  void Close() override {
-    std::call_once(closed_once_, [&] {
-      writer_.Close();
-      PromptCacheMetrics last;
-      AddStoreCounters(last);
-      std::unique_lock<std::shared_mutex> l(mu_);
-      closed_ = true;
-      closed_counters_ = std::move(last);
-    });
-  }
-
-  void AddMetrics(PromptCacheMetrics& m) const override {
-    {
-      std::shared_lock<std::shared_mutex> l(mu_);
-      if (closed_) {
-        m.Add(closed_counters_);
-      } else {
-        AddStoreCounters(m);
-      }
-    }
-    const TierWriter::Stats w = writer_.stats();
-    TierMetrics& d = m.tier(PromptCacheTier::kDisk);
-    d.writes += w.written;
-    d.bytes_written += w.bytes_written;
-    d.write_queue_drops += w.dropped;
-    d.write_errors += w.errors;
-  }
-
  private:
-  Status Queue(const TierWrite& write, std::span<const int32_t> tokens, const PromptCache& cache) {
-    PromptCache copy = CopyLayers(cache);
-    const int64_t bytes = CacheBytes(copy);
-    std::optional<TenantSalt> tenant;
-    if (write.tenant != nullptr) tenant = *write.tenant;
-    return writer_.Submit(TierWriteKey(write, tokens), bytes,
-                          [store = store_, model = *write.model, tenant = std::move(tenant),
-                           tokens = std::vector<int32_t>(tokens.begin(), tokens.end()), copy = std::move(copy)] {
-                            return store->Put(model, tokens, copy, tenant ? &*tenant : nullptr);
-                          });
+  // The index is in memory: asking costs a lookup, and only an entry
+  // serving more than query.have is read.
+  Result<std::vector<TierHit>> FindOpen(const TierQuery& query) override {
+    KV_ASSIGN_OR_RETURN(std::optional<PromptCacheStore::Hit> got,
+                        store_->FetchLongestPrefix(*query.model, query.tokens, query.tenant, query.have));
+    if (!got) return std::vector<TierHit>();
+    const int64_t reused = std::min(got->length, query.most);
+    auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
+    return std::vector<TierHit>{{std::move(entry), got->length, reused}};
   }
 
-  void AddStoreCounters(PromptCacheMetrics& m) const {
+  void AddOwnCounters(PromptCacheMetrics& m) const override {
     TierMetrics& d = m.tier(PromptCacheTier::kDisk);
     d.entries += store_->entries();
     d.bytes += store_->bytes();
@@ -103,12 +55,27 @@ class DiskTier final : public Tier {
     d.refused[Index(RefusalReason::kFingerprint)] += store_->fingerprint_refused();
   }
 
+  void AddQueueCounters(const TierWriter::Stats& w, PromptCacheMetrics& m) const override {
+    TierMetrics& d = m.tier(PromptCacheTier::kDisk);
+    d.writes += w.written;
+    d.bytes_written += w.bytes_written;
+    d.write_queue_drops += w.dropped;
+    d.write_errors += w.errors;
+  }
+
+  Status Queue(const TierWrite& write, std::span<const int32_t> tokens, const PromptCache& cache) {
+    PromptCache copy = CopyLayers(cache);
+    const int64_t bytes = CacheBytes(copy);
+    std::optional<TenantSalt> tenant;
+    if (write.tenant != nullptr) tenant = *write.tenant;
+    return writer().Submit(TierWriteKey(write, tokens), bytes,
+                           [store = store_, model = *write.model, tenant = std::move(tenant),
+                            tokens = std::vector<int32_t>(tokens.begin(), tokens.end()), copy = std::move(copy)] {
+                             return store->Put(model, tokens, copy, tenant ? &*tenant : nullptr);
+                           });
+  }
+
   const std::shared_ptr<PromptCacheStore> store_;
-  TierWriter writer_;
-  std::once_flag closed_once_;
-  mutable std::shared_mutex mu_;  // a Find holds it shared while it uses the store
-  bool closed_ = false;           // guarded by mu_
-  PromptCacheMetrics closed_counters_;  // guarded by mu_: the store's at Close()
 };
 
 }  // namespace

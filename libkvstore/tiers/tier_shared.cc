@@ -1,7 +1,5 @@
 // The shared tier: a SharedPromptCache (chunks in a KvBackend, e.g. Redis),
 // its writes queued on a TierWriter like the disk's.
-#include <mutex>
-#include <shared_mutex>
 #include <utility>
 
 #include "libkvstore/tiers/tier.h"
@@ -16,11 +14,10 @@ struct CheckpointCopy {
   PromptCache cache;
 };
 
-class SharedTier final : public Tier {
+class SharedTier final : public PersistentTier {
  public:
   SharedTier(std::shared_ptr<SharedPromptCache> shared, const TierWriter::Options& writes)
-      : shared_(std::move(shared)), writer_(writes) {}
-  ~SharedTier() override { writer_.Close(); }
+      : PersistentTier(writes), shared_(std::move(shared)) {}
 
   PromptCacheTier id() const override { return PromptCacheTier::kShared; }
 
@@ -30,16 +27,6 @@ class SharedTier final : public Tier {
   bool CouldServeMore(int64_t query, int64_t have) const override {
     const int64_t chunk = shared_->chunk_tokens();
     return query / chunk * chunk > have;
-  }
-
-  Result<std::vector<TierHit>> Find(const TierQuery& query) override {
-    std::shared_lock<std::shared_mutex> l(mu_);
-    if (closed_ || query.tokens.empty()) return std::vector<TierHit>();
-    KV_ASSIGN_OR_RETURN(std::optional<SharedPromptCache::Hit> got,
-                        shared_->Fetch(*query.model, query.tokens, query.have, query.tenant));
-    if (!got) return std::vector<TierHit>();
-    auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
-    return std::vector<TierHit>{{std::move(entry), got->tokens, std::min(got->tokens, query.most), got->foreign_tokens}};
   }
 
   // One queued write per insert: its chunks are stored once, with snapshot
@@ -54,52 +41,30 @@ class SharedTier final : public Tier {
     }
     std::optional<TenantSalt> tenant;
     if (write.tenant != nullptr) tenant = *write.tenant;
-    return writer_.Submit(TierWriteKey(write, write.tokens), bytes,
-                          [shared = shared_, model = *write.model, tenant = std::move(tenant),
-                           tokens = std::vector<int32_t>(write.tokens.begin(), write.tokens.end()),
-                           copy = std::move(copy), checkpoints = std::move(checkpoints)] {
-                            std::vector<PromptCacheCheckpoint> at;
-                            for (const CheckpointCopy& cp : checkpoints) at.push_back({cp.tokens, cp.cache});
-                            return shared->Insert(model, tokens, copy, at, tenant ? &*tenant : nullptr);
-                          });
-  }
-
-  // The queue, then the shared tier's own (when it was opened with one).
-  void Flush() override {
-    writer_.Flush();
-    std::shared_lock<std::shared_mutex> l(mu_);
-    if (!closed_) shared_->Flush();
-  }
-
-  // Once: the caller may close the shared tier as soon as the first Close returns.
-  void Close() override {
-    std::call_once(closed_once_, [&] {
-      writer_.Close();
-      shared_->Flush();
-      PromptCacheMetrics last;
-      AddSharedCounters(last);
-      std::unique_lock<std::shared_mutex> l(mu_);
-      closed_ = true;
-      closed_counters_ = std::move(last);
-    });
-  }
-
-  // Writes are counted in chunks by the shared tier itself; the queue adds
-  // its drops.
-  void AddMetrics(PromptCacheMetrics& m) const override {
-    {
-      std::shared_lock<std::shared_mutex> l(mu_);
-      if (closed_) {
-        m.Add(closed_counters_);
-      } else {
-        AddSharedCounters(m);
-      }
-    }
-    m.tier(PromptCacheTier::kShared).write_queue_drops += writer_.stats().dropped;
+    return writer().Submit(TierWriteKey(write, write.tokens), bytes,
+                           [shared = shared_, model = *write.model, tenant = std::move(tenant),
+                            tokens = std::vector<int32_t>(write.tokens.begin(), write.tokens.end()),
+                            copy = std::move(copy), checkpoints = std::move(checkpoints)] {
+                             std::vector<PromptCacheCheckpoint> at;
+                             for (const CheckpointCopy& cp : checkpoints) at.push_back({cp.tokens, cp.cache});
+                             return shared->Insert(model, tokens, copy, at, tenant ? &*tenant : nullptr);
+                           });
   }
 
  private:
-  void AddSharedCounters(PromptCacheMetrics& m) const {
+  Result<std::vector<TierHit>> FindOpen(const TierQuery& query) override {
+    KV_ASSIGN_OR_RETURN(std::optional<SharedPromptCache::Hit> got,
+                        shared_->Fetch(*query.model, query.tokens, query.have, query.tenant));
+    if (!got) return std::vector<TierHit>();
+    auto entry = std::make_shared<const LayersEntry>(std::move(got->cache));
+    return std::vector<TierHit>{{std::move(entry), got->tokens, std::min(got->tokens, query.most), got->foreign_tokens}};
+  }
+
+  // A shared tier opened with a queue of its own (async_insert).
+  void FlushOwn() override { shared_->Flush(); }
+
+  // Writes are counted in chunks by the shared tier itself.
+  void AddOwnCounters(PromptCacheMetrics& m) const override {
     const SharedPromptCache::Stats s = shared_->stats();
     TierMetrics& t = m.tier(PromptCacheTier::kShared);
     t.writes += s.chunks_written + s.snapshots_written;
@@ -111,12 +76,11 @@ class SharedTier final : public Tier {
     t.refused[Index(RefusalReason::kWrongKey)] += s.mismatched;
   }
 
+  void AddQueueCounters(const TierWriter::Stats& w, PromptCacheMetrics& m) const override {
+    m.tier(PromptCacheTier::kShared).write_queue_drops += w.dropped;
+  }
+
   const std::shared_ptr<SharedPromptCache> shared_;
-  TierWriter writer_;
-  std::once_flag closed_once_;
-  mutable std::shared_mutex mu_;
-  bool closed_ = false;                 // guarded by mu_
-  PromptCacheMetrics closed_counters_;  // guarded by mu_: the shared tier's at Close()
 };
 
 }  // namespace
