@@ -11,6 +11,7 @@
 
 #include "kvstore/kv_cache.h"
 #include "kvstore/redis_backend.h"
+#include "kvstore/server_prompt_cache.h"
 #include "libkvstore/shared_tier/chunk_keys.h"
 #include "redis_test_util.h"
 #include "shared_tier_testutil.h"
@@ -294,6 +295,37 @@ TEST(SharedTierRedis, ADeadOrStoppedServerIsAMissWithinTheTimeout) {
   ASSERT_OK_AND_ASSIGN(auto back, tier->Fetch(fp, Iota(4 * kC)));
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(back->tokens, 4 * kC);
+}
+
+// ServerPromptCache::Open opens its shared tier by URL and owns it: two
+// servers so opened share a prefix, and the second learns the model's
+// structure from the first's record (ModelRegistry), knowing only its id.
+TEST(SharedTierRedis, CachesOpenedByUrlShareAPrefixAndTheModel) {
+  KVSTORE_REDIS_SETTING_OR_SKIP(url, "KVSTORE_TEST_REDIS_URL");
+  ServerPromptCacheOptions options;
+  options.redis.url = url;
+  options.redis.command_timeout = std::chrono::milliseconds(2000);
+  options.shared_options = {.key_prefix = UniqueKeyPrefix(), .chunk_tokens = kC, .secret = "fleet secret"};
+  const Tokens tokens = Iota(2 * kC, 500);
+  const PromptCache cache = Layers(2 * kC, 3);
+  {
+    options.shared_options.writer_id = "first";  // as another process would be
+    ASSERT_OK_AND_ASSIGN(auto first, ServerPromptCache::Open(options));
+    ASSERT_NE(first->shared(), nullptr);
+    ASSERT_OK_AND_ASSIGN(ModelFingerprint fp, first->models().Learn("model-y", cache));
+    ASSERT_OK(first->Insert(fp, tokens, cache));
+  }  // flushed and closed
+  options.shared_options.writer_id = "second";
+  ASSERT_OK_AND_ASSIGN(auto second, ServerPromptCache::Open(options));
+  std::optional<ModelFingerprint> fp = second->models().Find("model-y");
+  ASSERT_TRUE(fp.has_value());
+  Tokens query = tokens;
+  query.push_back(-1);
+  ASSERT_OK_AND_ASSIGN(auto hit, second->Fetch(*fp, query));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tier, PromptCacheTier::kShared);
+  EXPECT_EQ(hit->reused, 2 * kC);
+  EXPECT_EQ(hit->foreign_tokens, 2 * kC);
 }
 
 }  // namespace

@@ -8,6 +8,15 @@
 //   shared  a SharedPromptCache (optional): chunks in Redis shared by every
 //           server of the deployment.
 //
+// ServerPromptCache::Open opens the tiers its options name and owns them,
+// with a model registry on the same directory and shared tier
+// (kvstore/model_registry.h), so a server that knows only its model's id
+// is served after a restart from its first fetch:
+//
+//   auto cache = kvstore::ServerPromptCache::Open({.directory = "/var/cache/kv"}).value();
+//   std::optional<kvstore::ModelFingerprint> fp = cache->models().Find(model_id);
+//   ... cache->Fetch(*fp, tokens) ... cache->Insert(cache->models().Learn(model_id, layers).value(), tokens, layers);
+//
 // Fetch consults memory, then disk, then the shared tier, and serves the
 // longest reusable prefix any of them has: a stored prefix of the prompt,
 // or a longer cached prompt trimmed to the common prefix when every layer
@@ -57,6 +66,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,8 +77,10 @@
 #include "kvstore/cache.h"
 #include "kvstore/lru_prompt_cache.h"
 #include "kvstore/model_fingerprint.h"
+#include "kvstore/model_registry.h"
 #include "kvstore/prompt_cache_metrics.h"
 #include "kvstore/prompt_cache_store.h"
+#include "kvstore/redis_backend.h"
 #include "kvstore/shared_prompt_cache.h"
 #include "kvstore/tenant_salt.h"
 
@@ -101,8 +113,25 @@ class MemoryEntry {
 struct ServerPromptCacheOptions {
   int64_t max_entries = 1024;
   int64_t max_bytes = int64_t{8} << 30;
-  PromptCacheStore* disk = nullptr;     // optional disk tier; not owned, must outlive the cache
-  SharedPromptCache* shared = nullptr;  // optional shared tier; not owned, must outlive the cache
+  // The tiers ServerPromptCache::Open opens and owns, as LevelDB's DB::Open
+  // owns its parts. The disk tier: a PromptCacheStore in `directory`
+  // (created if missing; "": none), which also holds the model registry's
+  // files (kvstore/model_registry.h).
+  std::string directory{};
+  PromptCacheStoreOptions disk_options{};
+  // The shared tier: a SharedPromptCache on the Redis at redis.url (single
+  // node or cluster; "": none), with shared_options (their backend and
+  // async_insert are Open's: the cache's own write queue is used).
+  RedisOptions redis{};
+  SharedPromptCacheOptions shared_options{};
+  Env* env = nullptr;  // nullptr: Env::Default()
+  // Told why the model registry ignored a hint or could not write one (a
+  // server logs it).
+  std::function<void(const std::string&)> warn{};
+  // Or tiers the caller opened and keeps open (a store two caches share,
+  // tests): used as they are, not owned, must outlive the cache.
+  PromptCacheStore* disk = nullptr;
+  SharedPromptCache* shared = nullptr;
   MemoryPolicy memory_policy = MemoryPolicy::kServer;
   // Each persistent tier's writes wait in a queue of its own, of at most
   // this many caches and bytes (a cache larger than the byte bound is
@@ -143,6 +172,11 @@ struct PromptInsertOptions {
 
 class ServerPromptCache {
  public:
+  // Opens the tiers `options` names and a model registry on the directory
+  // (and the shared tier): the tiers' errors (an unreachable Redis, a
+  // directory that cannot be created, a Redis refusing the login).
+  static Result<std::unique_ptr<ServerPromptCache>> Open(const ServerPromptCacheOptions& options);
+  // Uses options.disk and options.shared only (what Open opens is ignored).
   explicit ServerPromptCache(const ServerPromptCacheOptions& options);
   // Finishes the writes queued for the disk and shared tiers.
   ~ServerPromptCache();
@@ -210,8 +244,16 @@ class ServerPromptCache {
   // Every counter, the tiers' own included (kvstore/prompt_cache_metrics.h).
   PromptCacheMetrics metrics() const;
   MemoryPolicy memory_policy() const { return options_.memory_policy; }
+  // What a model key is served under (kvstore/model_registry.h): on the
+  // directory and the shared tier of this cache.
+  ModelRegistry& models() { return *models_; }
+  // The tiers themselves (null when absent), for their own counters.
+  PromptCacheStore* disk() const { return disk_.get(); }
+  SharedPromptCache* shared() const { return shared_.get(); }
 
  private:
+  ServerPromptCache(const ServerPromptCacheOptions& options, std::shared_ptr<PromptCacheStore> disk,
+                    std::shared_ptr<SharedPromptCache> shared);
   struct Candidate;
   // Copies and trims a candidate to what it serves; nullopt when a layer
   // cannot be trimmed exactly.
@@ -230,6 +272,10 @@ class ServerPromptCache {
 
   ServerPromptCacheOptions options_;
   const ServingPolicy& policy_;  // the rules of options_.memory_policy
+  // The persistent tiers, owned (Open) or borrowed (a no-op deleter).
+  std::shared_ptr<PromptCacheStore> disk_;
+  std::shared_ptr<SharedPromptCache> shared_;
+  std::unique_ptr<ModelRegistry> models_;
   std::unique_ptr<MemoryTier> memory_;
   std::vector<std::unique_ptr<Tier>> persistent_;  // disk, then shared: the order they are asked in
   std::atomic<bool> persistent_open_{false};       // some persistent tier is open

@@ -40,21 +40,51 @@ namespace {
 // A borrowed tier: the caller keeps it open while the cache uses it.
 template <typename T>
 std::shared_ptr<T> Borrowed(T* p) {
+  if (p == nullptr) return nullptr;
   return std::shared_ptr<T>(p, [](T*) {});
 }
 
 }  // namespace
 
+Result<std::unique_ptr<ServerPromptCache>> ServerPromptCache::Open(const ServerPromptCacheOptions& options) {
+  Env* env = options.env != nullptr ? options.env : Env::Default();
+  std::shared_ptr<PromptCacheStore> disk = Borrowed(options.disk);
+  if (disk == nullptr && !options.directory.empty()) {
+    KV_ASSIGN_OR_RETURN(disk, PromptCacheStore::Open(env, options.directory, options.disk_options));
+  }
+  std::shared_ptr<SharedPromptCache> shared = Borrowed(options.shared);
+  if (shared == nullptr && !options.redis.url.empty()) {
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<KvBackend> opened, OpenRedisBackend(options.redis));
+    std::shared_ptr<KvBackend> backend(std::move(opened));
+    SharedPromptCacheOptions o = options.shared_options;
+    o.backend = backend.get();
+    o.async_insert = false;  // the cache's own queue writes it
+    KV_ASSIGN_OR_RETURN(std::unique_ptr<SharedPromptCache> tier, SharedPromptCache::Open(std::move(o)));
+    // The backend lives as long as the tier.
+    shared = std::shared_ptr<SharedPromptCache>(tier.release(), [backend](SharedPromptCache* p) { delete p; });
+  }
+  return std::unique_ptr<ServerPromptCache>(new ServerPromptCache(options, std::move(disk), std::move(shared)));
+}
+
 ServerPromptCache::ServerPromptCache(const ServerPromptCacheOptions& options)
+    : ServerPromptCache(options, Borrowed(options.disk), Borrowed(options.shared)) {}
+
+ServerPromptCache::ServerPromptCache(const ServerPromptCacheOptions& options, std::shared_ptr<PromptCacheStore> disk,
+                                     std::shared_ptr<SharedPromptCache> shared)
     : options_(options),
       policy_(ServingPolicyOf(options.memory_policy)),
+      disk_(std::move(disk)),
+      shared_(std::move(shared)),
+      models_(std::make_unique<ModelRegistry>(
+          ModelRegistry::Options{
+              .env = options.env, .directory = options.directory, .shared = shared_.get(), .warn = options.warn})),
       memory_(std::make_unique<MemoryTier>(policy_.NewMemoryIndex(options.max_entries, options.max_bytes))) {
   // Each persistent tier's writes wait in a queue of its own.
   const TierWriter::Options writes{.max_pending = options.write_queue_capacity,
                                    .max_bytes = options.write_queue_bytes,
                                    .async = options.async_writes};
-  if (options.disk != nullptr) persistent_.push_back(NewDiskTier(Borrowed(options.disk), writes));
-  if (options.shared != nullptr) persistent_.push_back(NewSharedTier(Borrowed(options.shared), writes));
+  if (disk_ != nullptr) persistent_.push_back(NewDiskTier(disk_, writes));
+  if (shared_ != nullptr) persistent_.push_back(NewSharedTier(shared_, writes));
   persistent_open_ = !persistent_.empty();
 }
 

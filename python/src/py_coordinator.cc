@@ -99,9 +99,10 @@ class PyServerPromptCache {
     options.disk = store_.get();
     options.shared = shared_.get();
     persistent_ = store_ != nullptr || shared_ != nullptr;
+    options.directory = directory.value_or("");  // the model registry's (the store is given open)
+    options.warn = LogWarningFromAnyThread;
     cache_ = std::make_unique<ServerPromptCache>(options);
-    models_ = std::make_unique<ModelRegistry>(ModelRegistry::Options{
-        .directory = directory.value_or(""), .shared = shared_.get(), .warn = LogWarningFromAnyThread});
+    models_ = &cache_->models();
   }
 
   // The coordinator flushes the disk writes and drops the entries, which
@@ -109,7 +110,6 @@ class PyServerPromptCache {
   ~PyServerPromptCache() {
     py::gil_scoped_release release;
     cache_.reset();
-    models_.reset();
     store_.reset();
     shared_.reset();
   }
@@ -262,7 +262,7 @@ class PyServerPromptCache {
   }
 
   std::unique_ptr<ServerPromptCache> cache_;
-  std::unique_ptr<ModelRegistry> models_;  // what each model key is served under
+  ModelRegistry* models_ = nullptr;        // cache_'s: what each model key is served under
   std::atomic<bool> persistent_{false};    // the persistent tiers are open
   std::mutex close_mu_;
   std::shared_ptr<PromptCacheStore> store_;    // kept open while the coordinator uses it
