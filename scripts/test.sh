@@ -20,7 +20,7 @@ tsan_args=(-DKVSTORE_BUILD_BENCH=OFF -DKVSTORE_PYTHON=OFF -DCMAKE_BUILD_TYPE=Deb
            "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
 tsan_tests=(prompt_cache_sim_short server_prompt_cache_test prompt_cache_store_test
             prompt_cache_convert_test kv_backend_conformance_test shared_prompt_cache_test
-            shared_tier_redis_test env_test prompt_cache_store_sharing_test)
+            shared_tier_redis_test env_test prompt_cache_store_sharing_test model_registry_test)
 case "$mode" in
   "")
     "$root/scripts/setup-deps.sh"

@@ -1,6 +1,8 @@
 #include "kvstore/model_registry.h"
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -160,6 +162,37 @@ TEST(ModelRegistryTest, ModelIdsComeFromContentOncePerKey) {
   EXPECT_THAT(r.models.ModelId(object), HasCode(StatusCode::kInvalidArgument, ""));
   EXPECT_THAT(r.models.ModelId(object), HasCode(StatusCode::kInvalidArgument, ""));
   EXPECT_EQ(r.warnings.size(), 1u);
+}
+
+// Threads learning, finding and naming models at once (run under TSan in
+// CI): every Find answers a fingerprint some thread learned, and the file
+// ends up naming every model.
+TEST(ModelRegistryTest, ConcurrentCallsAgree) {
+  TempDir tmp;
+  Registry r(tmp.path());
+  const ModelFingerprint kv = ModelFingerprint::Of("m0", Kv(1)).value();
+  const ModelFingerprint q = ModelFingerprint::Of("m1", Quantized()).value();
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        const std::string id = (i + t) % 2 == 0 ? "m0" : "m1";
+        Result<ModelFingerprint> learned = r.models.Learn(id, id == "m0" ? Kv(1) : Quantized());
+        if (!learned.ok() || *learned != (id == "m0" ? kv : q)) ++wrong;
+        std::optional<ModelFingerprint> found = r.models.Find(id == "m0" ? "m1" : "m0");
+        if (found && *found != (id == "m0" ? q : kv)) ++wrong;
+        Json key = Json::MakeArray();
+        key.Push(Json("hub/repo-" + std::to_string(i % 3)));
+        if (!r.models.ModelId(key).ok()) ++wrong;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  Registry after(tmp.path());
+  EXPECT_EQ(after.models.Find("m0"), kv);
+  EXPECT_EQ(after.models.Find("m1"), q);
 }
 
 }  // namespace

@@ -49,6 +49,8 @@ enum class RefusalReason : uint8_t {
   kTokenCount,   // layers holding another number of tokens than the key
 };
 inline constexpr size_t kNumRefusalReasons = 5;
+// The reason's index in the refusal arrays below.
+inline constexpr size_t RefusalIndex(RefusalReason reason) { return static_cast<size_t>(reason); }
 // "corrupt", "forged", "wrong_key", "fingerprint", "token_count".
 std::string_view RefusalReasonName(RefusalReason reason);
 

@@ -7,17 +7,11 @@
 #include "libkvstore/tiers/serving_policy.h"
 
 namespace kvstore {
-namespace {
-
-size_t Index(RefusalReason reason) { return static_cast<size_t>(reason); }
-
-}  // namespace
-
 Status ServerPromptCache::Check(const PromptScope& scope, std::span<const int32_t> tokens, const PromptCache& cache,
                                 std::span<const PromptCacheCheckpoint> checkpoints, bool model_checked) {
   auto refuse = [&](RefusalReason reason, Status why) {
     std::lock_guard<std::mutex> l(mu_);
-    counts_.inserts_refused[Index(reason)] += 1;
+    counts_.inserts_refused[RefusalIndex(reason)] += 1;
     return why;
   };
   if (scope.model) {

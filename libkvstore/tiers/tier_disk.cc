@@ -15,8 +15,6 @@ std::string TierWriteKey(const TierWrite& write, std::span<const int32_t> tokens
 
 namespace {
 
-size_t Index(RefusalReason reason) { return static_cast<size_t>(reason); }
-
 class DiskTier final : public PersistentTier {
  public:
   DiskTier(std::shared_ptr<PromptCacheStore> store, const TierWriter::Options& writes)
@@ -50,9 +48,9 @@ class DiskTier final : public PersistentTier {
     TierMetrics& d = m.tier(PromptCacheTier::kDisk);
     d.entries += store_->entries();
     d.bytes += store_->bytes();
-    d.refused[Index(RefusalReason::kCorrupt)] += store_->corrupt_dropped();
-    d.refused[Index(RefusalReason::kWrongKey)] += store_->mismatched_dropped();
-    d.refused[Index(RefusalReason::kFingerprint)] += store_->fingerprint_refused();
+    d.refused[RefusalIndex(RefusalReason::kCorrupt)] += store_->corrupt_dropped();
+    d.refused[RefusalIndex(RefusalReason::kWrongKey)] += store_->mismatched_dropped();
+    d.refused[RefusalIndex(RefusalReason::kFingerprint)] += store_->fingerprint_refused();
   }
 
   void AddQueueCounters(const TierWriter::Stats& w, PromptCacheMetrics& m) const override {

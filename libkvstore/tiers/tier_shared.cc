@@ -7,8 +7,6 @@
 namespace kvstore {
 namespace {
 
-size_t Index(RefusalReason reason) { return static_cast<size_t>(reason); }
-
 struct CheckpointCopy {
   int64_t tokens;
   PromptCache cache;
@@ -71,9 +69,9 @@ class SharedTier final : public PersistentTier {
     t.bytes_written += s.bytes_written;
     t.write_queue_drops += s.inserts_dropped;
     t.write_errors += s.insert_errors;
-    t.refused[Index(RefusalReason::kCorrupt)] += s.corrupt;
-    t.refused[Index(RefusalReason::kForged)] += s.forged;
-    t.refused[Index(RefusalReason::kWrongKey)] += s.mismatched;
+    t.refused[RefusalIndex(RefusalReason::kCorrupt)] += s.corrupt;
+    t.refused[RefusalIndex(RefusalReason::kForged)] += s.forged;
+    t.refused[RefusalIndex(RefusalReason::kWrongKey)] += s.mismatched;
   }
 
   void AddQueueCounters(const TierWriter::Stats& w, PromptCacheMetrics& m) const override {
