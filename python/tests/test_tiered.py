@@ -526,7 +526,7 @@ def test_the_package_starts_no_thread_and_keeps_no_queue():
     import pathlib
 
     sources = sorted(pathlib.Path(kvstore.__file__).parent.glob("*.py"))
-    assert len(sources) >= 7
+    assert len(sources) >= 6  # the package as shipped: a loop that finds fewer tests nothing
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
