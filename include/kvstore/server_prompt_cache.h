@@ -247,6 +247,9 @@ class ServerPromptCache {
   // What a model key is served under (kvstore/model_registry.h): on the
   // directory and the shared tier of this cache.
   ModelRegistry& models() { return *models_; }
+  // Whether a persistent tier is open (false without one, or once
+  // ClosePersistentTiers began).
+  bool persistent_open() const { return persistent_open_; }
   // The tiers themselves (null when absent), for their own counters.
   PromptCacheStore* disk() const { return disk_.get(); }
   SharedPromptCache* shared() const { return shared_.get(); }

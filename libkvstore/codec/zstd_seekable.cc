@@ -408,6 +408,20 @@ Status ZstdSeekableReader::DetectCodec() {
   return Status::OK();
 }
 
+namespace {
+
+// A buffer of `n` bytes: `reused` (the caller's thread_local, kept for the
+// thread's next frame: no allocation per frame) for the usual sizes, `own`
+// (released after the call) for a larger, possibly hostile, frame.
+std::vector<std::byte>& FrameScratch(std::vector<std::byte>& reused, std::vector<std::byte>& own, size_t n) {
+  constexpr size_t kMaxReused = size_t{16} << 20;
+  std::vector<std::byte>& buffer = n <= kMaxReused ? reused : own;
+  buffer.resize(n);
+  return buffer;
+}
+
+}  // namespace
+
 Result<ZstdSeekableReader> ZstdSeekableReader::Open(const ReadableFile& file, const ZstdReadLimits& limits) {
   KV_ASSIGN_OR_RETURN(ZstdSeekableReader r, Open(file.data(), limits));
   r.source_ = &file;
@@ -417,14 +431,10 @@ Result<ZstdSeekableReader> ZstdSeekableReader::Open(const ReadableFile& file, co
 Status ZstdSeekableReader::DecompressContent(size_t index, std::span<std::byte> content) const {
   const Frame& f = frames_[index];
   const std::byte* src = file_.data() + f.compressed_offset;
-  // A frame of the usual size is read into a buffer the thread reuses; a
-  // larger (possibly hostile) one into a buffer of its own.
   thread_local std::vector<std::byte> reused;
   std::vector<std::byte> own;
   if (source_ != nullptr) {
-    constexpr size_t kMaxReused = size_t{16} << 20;
-    std::vector<std::byte>& compressed = f.compressed_size <= kMaxReused ? reused : own;
-    compressed.resize(f.compressed_size);
+    std::vector<std::byte>& compressed = FrameScratch(reused, own, f.compressed_size);
     KV_RETURN_IF_ERROR(source_->ReadAt(f.compressed_offset, compressed));
     src = compressed.data();
   }
@@ -455,13 +465,9 @@ Status ZstdSeekableReader::ReadFrame(size_t index, std::span<std::byte> out) con
   if (out.size() != f.decompressed_size) return Status::InvalidArgument("zstd ReadFrame: wrong output size");
   if (codec_ == ZstdCodec::kZstd) return DecompressContent(index, out);
   const size_t extra = index == 0 ? kMagicSize : 0;
-  // Reused for frames of the usual size: no allocation per frame; a larger
-  // (possibly hostile) frame gets a buffer of its own, released afterwards.
   thread_local std::vector<std::byte> reused;
   std::vector<std::byte> own;
-  constexpr size_t kMaxReused = size_t{16} << 20;
-  std::vector<std::byte>& content = out.size() + extra <= kMaxReused ? reused : own;
-  content.resize(out.size() + extra);
+  std::vector<std::byte>& content = FrameScratch(reused, own, out.size() + extra);
   KV_RETURN_IF_ERROR(DecompressContent(index, content));
   if (index == 0) {
     if (std::memcmp(content.data(), kBytePlaneMagic, kMagicSize) != 0) {

@@ -158,9 +158,15 @@ std::optional<ModelFingerprint> ModelRegistry::Find(const std::string& model_id)
   {
     std::lock_guard<std::mutex> guard(impl_->mu);
     if (auto it = impl_->learned.find(model_id); it != impl_->learned.end()) return it->second;
+    auto known = [&]() -> std::optional<ModelFingerprint> {
+      if (auto it = impl_->from_file.find(model_id); it != impl_->from_file.end()) return it->second;
+      if (auto it = impl_->published.find(model_id); it != impl_->published.end()) return it->second;
+      return std::nullopt;
+    };
+    if (std::optional<ModelFingerprint> hint = known()) return hint;
+    // Unknown here: the file is looked at again only when it changed (a stat).
     impl_->ReadFileIfChanged(warning);
-    if (auto it = impl_->from_file.find(model_id); it != impl_->from_file.end()) return it->second;
-    if (auto it = impl_->published.find(model_id); it != impl_->published.end()) return it->second;
+    if (std::optional<ModelFingerprint> hint = known()) return hint;
   }
   if (!warning.empty()) impl_->Warn(warning);
   if (impl_->shared == nullptr) return std::nullopt;

@@ -3,6 +3,14 @@
 
 namespace kvstore {
 
+std::string TierWriteKey(const TierWrite& write, std::span<const int32_t> tokens) {
+  std::string key = write.model->digest().ToHex() + "/";
+  if (write.tenant != nullptr) key += write.tenant->key_hex(TenantSalt::Tier::kDisk);
+  key += "/";
+  key.append(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes());
+  return key;
+}
+
 PersistentTier::~PersistentTier() { writer_.Close(); }
 
 Result<std::vector<TierHit>> PersistentTier::Find(const TierQuery& query) {

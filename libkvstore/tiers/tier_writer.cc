@@ -109,11 +109,6 @@ void TierWriter::Drain() {
   idle_.notify_all();
 }
 
-void TierWriter::CountDropped() {
-  std::lock_guard<std::mutex> l(mu_);
-  ++stats_.dropped;
-}
-
 Status TierWriter::Submit(std::string key, int64_t bytes, std::function<Status()> write) {
   std::unique_lock<std::mutex> l(mu_);
   if (closed_) {

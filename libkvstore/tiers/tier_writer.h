@@ -42,8 +42,6 @@ class TierWriter {
   // replacing a waiting write, or dropped (counted); when the write runs on
   // the caller's thread, its own status.
   Status Submit(std::string key, int64_t bytes, std::function<Status()> write);
-  // Counts a write the caller dropped itself (e.g. its tier is closed).
-  void CountDropped();
   // Waits until every write queued so far has run.
   void Flush();
   // Flush(), then drops every later write. Idempotent.

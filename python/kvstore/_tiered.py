@@ -9,7 +9,6 @@ import warnings
 import weakref
 
 from . import _kvstore
-from .errors import Error
 from ._mlx_bridge import caches_from_layers, layers_from_caches
 from .errors import FailedPreconditionError
 

@@ -16,7 +16,6 @@
 // GIL.
 #include <pybind11/stl.h>
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -98,7 +97,6 @@ class PyServerPromptCache {
     if (!shared.is_none()) shared_ = SharedTierOf(shared);
     options.disk = store_.get();
     options.shared = shared_.get();
-    persistent_ = store_ != nullptr || shared_ != nullptr;
     options.directory = directory.value_or("");  // the model registry's (the store is given open)
     options.warn = LogWarningFromAnyThread;
     cache_ = std::make_unique<ServerPromptCache>(options);
@@ -171,7 +169,7 @@ class PyServerPromptCache {
   py::object Fetch(const std::string& key, const py::object& model, const std::vector<int32_t>& tokens,
                    const std::optional<std::string>& salt) {
     PromptScope scope{key, std::nullopt, Tenant(salt)};
-    if (persistent_) {
+    if (cache_->persistent_open()) {
       if (std::optional<std::string> id = ModelIdOf(model)) {
         py::gil_scoped_release release;
         scope.model = models_->Find(*id);
@@ -235,7 +233,6 @@ class PyServerPromptCache {
 
   // Flushes and lets go of the persistent tiers; memory stays usable.
   void Close() {
-    persistent_ = false;  // the registry's shared tier is closing: ask it no more
     py::gil_scoped_release release;
     cache_->ClosePersistentTiers();
     std::lock_guard<std::mutex> l(close_mu_);
@@ -263,7 +260,6 @@ class PyServerPromptCache {
 
   std::unique_ptr<ServerPromptCache> cache_;
   ModelRegistry* models_ = nullptr;        // cache_'s: what each model key is served under
-  std::atomic<bool> persistent_{false};    // the persistent tiers are open
   std::mutex close_mu_;
   std::shared_ptr<PromptCacheStore> store_;    // kept open while the coordinator uses it
   std::shared_ptr<SharedPromptCache> shared_;
