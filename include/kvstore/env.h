@@ -52,9 +52,9 @@ class ReadableFile : public std::enable_shared_from_this<ReadableFile> {
   }
   // Copies bytes [offset, offset + out.size()) into `out`: InvalidArgument
   // past the end. A mapped file reads them from the file with pread when it
-  // is still the file it maps (a read of bytes touched once costs less than
-  // first touching their mapped pages: 4x less on a VM measured in
-  // docs/performance.md), else from the mapping; IOError when the file
+  // is still the file it maps (on a VM, a read of bytes used once costs less
+  // than first touching their mapped pages: docs/performance.md), else from
+  // the mapping; IOError when the file
   // shrank. For one pass over bytes, e.g. compressed frames.
   virtual Status ReadAt(uint64_t offset, std::span<std::byte> out) const;
   // Read-only Storage over the same bytes that keeps this file alive, so
