@@ -50,6 +50,9 @@ TEST(ServerPromptCacheOpenTest, ATierThatCannotOpenIsTheError) {
   Result<std::unique_ptr<ServerPromptCache>> refused = ServerPromptCache::Open(options);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().ToString().find("hunter2-secret"), std::string::npos) << refused.status().ToString();
+  // An empty secret is refused before any connection is tried.
+  options.shared_options.secret = "";
+  EXPECT_THAT(ServerPromptCache::Open(options), HasCode(StatusCode::kInvalidArgument, "empty secret"));
   // Without a tier it is a memory cache.
   ASSERT_OK_AND_ASSIGN(auto memory, ServerPromptCache::Open({}));
   EXPECT_EQ(memory->disk(), nullptr);

@@ -54,11 +54,13 @@ Result<std::unique_ptr<ServerPromptCache>> ServerPromptCache::Open(const ServerP
   }
   std::shared_ptr<SharedPromptCache> shared = Borrowed(options.shared);
   if (shared == nullptr && !options.redis.url.empty()) {
+    SharedPromptCacheOptions o = options.shared_options;
+    o.async_insert = false;  // the cache's own queue writes it
+    // Refused before connecting (an empty secret, a bad chunk size).
+    KV_RETURN_IF_ERROR(SharedPromptCache::CheckOptions(o));
     KV_ASSIGN_OR_RETURN(std::unique_ptr<KvBackend> opened, OpenRedisBackend(options.redis));
     std::shared_ptr<KvBackend> backend(std::move(opened));
-    SharedPromptCacheOptions o = options.shared_options;
     o.backend = backend.get();
-    o.async_insert = false;  // the cache's own queue writes it
     KV_ASSIGN_OR_RETURN(std::unique_ptr<SharedPromptCache> tier, SharedPromptCache::Open(std::move(o)));
     // The backend lives as long as the tier.
     shared = std::shared_ptr<SharedPromptCache>(tier.release(), [backend](SharedPromptCache* p) { delete p; });
