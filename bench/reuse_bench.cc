@@ -87,6 +87,46 @@ void BM_TieredFetchMemoryHit(benchmark::State& state) {
 }
 BENCHMARK(BM_TieredFetchMemoryHit)->Arg(0)->Arg(1);
 
+// A disk hit on the second of two 8192-token conversations that share their
+// first 6144 tokens (32 layers, 8 KiB of KV per token): with
+// share_prefixes = range(0), its entry is a delta (2048 rows of its own,
+// joined with its base's 6144 at the load) instead of a whole file. What a
+// stored prefix shared costs the serving path. In-memory Env.
+void BM_StoreFetchSharedPrefix(benchmark::State& state) {
+  constexpr int64_t kTokens = 8192, kShared = 6144;
+  std::unique_ptr<kvstore::Env> env = kvstore::NewMemEnv();
+  kvstore::PromptCacheStoreOptions options;
+  options.share_prefixes = state.range(0) != 0;
+  auto opened = kvstore::PromptCacheStore::Open(env.get(), "/store", options);
+  if (!opened.ok() || !(*opened)->WaitUntilIndexed().ok()) {
+    state.SkipWithError("open failed");
+    return;
+  }
+  std::unique_ptr<kvstore::PromptCacheStore> store = std::move(opened).value();
+  std::vector<int32_t> first(kTokens), second(kTokens);
+  for (int64_t i = 0; i < kTokens; ++i) {
+    first[i] = static_cast<int32_t>(i);
+    second[i] = static_cast<int32_t>(i < kShared ? i : 100000 + i);
+  }
+  const kvstore::PromptCache cache = BigCache(kTokens, 1);
+  if (!store->Put("m", first, cache).ok() || !store->Put("m", second, cache).ok()) {
+    state.SkipWithError("put failed");
+    return;
+  }
+  std::vector<int32_t> query = second;
+  query.push_back(-1);
+  for (auto _ : state) {
+    auto hit = store->FetchLongestPrefix("m", query);
+    if (!hit.ok() || !hit->has_value() || (*hit)->length != kTokens) {
+      state.SkipWithError("not a hit of the whole entry");
+      return;
+    }
+    benchmark::DoNotOptimize(hit);
+  }
+  state.counters["store_bytes"] = static_cast<double>(store->bytes());
+}
+BENCHMARK(BM_StoreFetchSharedPrefix)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // A miss of a prompt of range(0) tokens on a store of 300 entries whose
 // keys have 300 lengths between 64 and ~4k tokens (the prompt shares its
 // first 31 tokens with the 64-token key: one short of the 32-token granule

@@ -32,7 +32,13 @@ inline PromptCache CacheOf(int64_t tokens, uint64_t seed) {
 class PromptCacheStoreTest : public ::testing::Test {
  protected:
   std::unique_ptr<PromptCacheStore> OpenStore(StoreOpenReport* report = nullptr, int64_t max_bytes = int64_t{1} << 30) {
-    Result<std::unique_ptr<PromptCacheStore>> store = PromptCacheStore::Open(env_.get(), kDir, {max_bytes}, report);
+    PromptCacheStoreOptions options;
+    options.max_bytes = max_bytes;
+    return OpenStoreWith(options, report);
+  }
+  std::unique_ptr<PromptCacheStore> OpenStoreWith(const PromptCacheStoreOptions& options,
+                                                  StoreOpenReport* report = nullptr) {
+    Result<std::unique_ptr<PromptCacheStore>> store = PromptCacheStore::Open(env_.get(), kDir, options, report);
     EXPECT_OK(store);
     if (!store.ok()) return nullptr;
     EXPECT_OK((*store)->WaitUntilIndexed().status());  // the tests below look at an indexed store

@@ -117,7 +117,8 @@ TEST(StoreFormatTest, ManifestKeepsTheLastLineOfEachFileAndSkipsMalformedOnes) {
                      ManifestAddLine("a.safetensors", 11, "m\n x", Tokens{3}, fp) +
                      ManifestAddLine("c.safetensors", 30, "m", Tokens{4}, "") + ManifestRemoveLine("c.safetensors") +
                      "+ j.safetensors 3 6d 5\n"      // a line from before fingerprints
-                     "+ k.safetensors 3 6d 5 - x\n"  // a field too many
+                     "+ k.safetensors 3 6d 5 - x\n"  // a base that is not an entry's name
+                     "+ l.safetensors 3 6d 5 - 0123456789abcdef.safetensors x\n"  // a field too many
                      "+ d.safetensors 1 zz 1\n"      // model not hex
                      "+ e.safetensors 1x 6d 1\n"     // bytes not a number
                      "+ f.safetensors 1 6d 1,,2\n"   // empty token
@@ -125,8 +126,12 @@ TEST(StoreFormatTest, ManifestKeepsTheLastLineOfEachFileAndSkipsMalformedOnes) {
                      "? h.safetensors\n"
                      "+ i.safetensors 5 6d 7";       // torn last line
   EXPECT_EQ(ManifestAddLine("b.safetensors", 20, "", Tokens{}, ""), "+ b.safetensors 20 - - -\n");
+  // A delta entry's line names its base last.
+  text = ManifestAddLine("m.safetensors", 4, "m", Tokens{1, 2, 3}, fp, "0123456789abcdef.safetensors") + text;
   const auto entries = ReadManifest(std::as_bytes(std::span(text)));
-  ASSERT_EQ(entries.size(), 3u);
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries.at("m.safetensors").base, "0123456789abcdef.safetensors");
+  EXPECT_EQ(entries.at("a.safetensors").base, "");
   const ManifestEntry& a = entries.at("a.safetensors");
   EXPECT_EQ(a.bytes, 11);
   EXPECT_EQ(a.key.model, "m\n x");

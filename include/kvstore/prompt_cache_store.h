@@ -4,7 +4,10 @@
 // Each entry is one file "<16 hex digits>.safetensors" in this project's
 // format with integrity on; the model key and the token ids live in the
 // file's metadata (1.kvstore_model, 1.kvstore_tokens), and the file's name
-// is a hash of them, so the index is rebuilt from the files alone. The
+// is a hash of them, so the index is rebuilt from the files alone. Entries
+// that share a prefix share its bytes: a delta entry holds only the rows
+// after the tokens it shares with a whole entry, its base
+// (PromptCacheStoreOptions::share_prefixes, docs/format.md §8.8). The
 // file also records the model fingerprint of its cache
 // (1.kvstore_fingerprint, kvstore/model_fingerprint.h): a fetch that names
 // a fingerprint refuses, without loading it, an entry written for another
@@ -94,6 +97,16 @@ struct PromptCacheStoreOptions {
   // tears an entry, and the verified load counts it as a miss. true brings
   // back the file and directory fsyncs.
   bool durable = false;
+  // Entries that share a prefix share its bytes: a Put whose prompt shares
+  // at least 32 tokens with a stored whole entry of the same model
+  // configuration writes only the rows after them, a delta entry naming
+  // that entry as its base (models whose every layer is a KVCache,
+  // QuantizedKVCache or ChunkedKVCache; others are always written whole).
+  // A fetch of a delta entry loads and verifies both files and joins their
+  // rows; evicting or replacing a base removes the delta entries on it, and
+  // a delta entry whose base is gone or is another file of the same key is
+  // a miss (mismatched_dropped()). false: every entry is whole.
+  bool share_prefixes = true;
 };
 
 struct StoreOpenReport {

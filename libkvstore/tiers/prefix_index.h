@@ -154,14 +154,15 @@ class PrefixIndex {
     for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) fn(std::as_const((*it)->value));
   }
 
+  // Makes `node` the most recently used.
+  void Touch(Node& node) { lru_.splice(lru_.begin(), lru_, node.lru); }
+
   size_t size() const { return by_id_.size(); }
   int64_t bytes() const { return bytes_; }
   // Hash probes FindLongestPrefix has made so far (what its time follows).
   int64_t probes() const { return probes_; }
 
  private:
-  void Touch(Node& node) { lru_.splice(lru_.begin(), lru_, node.lru); }
-
   std::unordered_map<Id, Node> by_id_;
   std::unordered_multimap<uint64_t, Node*> by_hash_;
   std::list<Node*> lru_;               // front = most recently used

@@ -58,8 +58,20 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("PromptCacheStore"));
   FollowManifest();  // the budget counts what the other processes wrote
   const std::string file = StoreFileName(model, tokens);
+  // A cache every layer of which can be trimmed serves each of its prefixes
+  // (trimmed, as a fetch does with a longer entry): the stored prefixes of
+  // the same model configuration go, as mlx-lm's LRUPromptCache removes
+  // them from memory, so a prompt and then prompt + completion, or the
+  // turns of one conversation, cost one file, not one per step. A prefix
+  // that is the base of a delta entry stays (the delta entry needs it).
+  const bool supersedes = CanTrimPromptCache(cache);
+  const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
+  // Sharing a prefix with an entry: only the rows after it are written.
+  const std::optional<DeltaPlan> delta =
+      fingerprint && options.share_prefixes ? PlanDelta(model, *fingerprint, tokens, cache, hashes, supersedes) : std::nullopt;
   Metadata metadata = StoreKeyMetadata(model, tokens);
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
+  if (delta) metadata.emplace_back(std::string(kStoreBaseKey), StoreBaseText(delta->base));
   // The store reads its own files only, so it writes mlx-lm's current
   // layout, which (unlike the 0.31 release's) holds every ArraysCache.
   SavePromptCacheOptions save;
@@ -72,19 +84,12 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   // eviction can then never remove the new file before it is indexed.
   const std::string staged =
       file + ".kvtmp-" + std::to_string(env->ProcessId()) + "-put" + std::to_string(next_staged.fetch_add(1));
-  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(staged), cache, metadata, save));
+  KV_RETURN_IF_ERROR(SavePromptCache(env, Path(staged), delta ? delta->rows : cache, metadata, save));
   Result<uint64_t> size = env->GetFileSize(Path(staged));
   if (!size.ok()) {
     (void)env->RemoveFile(Path(staged));
     return size.status();
   }
-  // A cache every layer of which can be trimmed serves each of its prefixes
-  // (trimmed, as a fetch does with a longer entry): the stored prefixes of
-  // the same model configuration go, as mlx-lm's LRUPromptCache removes
-  // them from memory, so a prompt and then prompt + completion, or the
-  // turns of one conversation, cost one file, not one per step.
-  const bool supersedes = CanTrimPromptCache(cache);
-  const std::vector<uint64_t> hashes = supersedes ? PrefixHashes(model, tokens) : std::vector<uint64_t>();
   {
     std::lock_guard<std::mutex> l(mu);
     if (Status renamed = env->RenameFile(Path(staged), Path(file)); !renamed.ok()) {
@@ -92,7 +97,9 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
       return renamed;
     }
     AddLocked({file, StoreKey{model, std::vector<int32_t>(tokens.begin(), tokens.end())},
-               static_cast<int64_t>(*size), DigestHex(fingerprint), 0, supersedes});
+               static_cast<int64_t>(*size), DigestHex(fingerprint), 0, supersedes,
+               delta ? delta->base.file : std::string()});
+    if (delta) index.Touch(delta->base.file);  // in use again
     if (supersedes) RemovePrefixesLocked(model, DigestHex(fingerprint), tokens, hashes);
     EvictLocked();
   }
@@ -115,6 +122,7 @@ void PromptCacheStore::Impl::RemovePrefixesLocked(const std::string& model, cons
     // Another configuration's entry (another --kv-bits, say) is not served
     // by this one: kept.
     if (e->fingerprint != fingerprint) continue;
+    if (!index.DependentsOf(e->file).empty()) continue;  // a base: its delta entries need it
     const std::string victim = e->file;
     RemoveLocked(victim);
     index.Erase(victim);

@@ -47,6 +47,28 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
     Drop(c.file, c.generation, mismatched_dropped, "holds another key than its name");
     return std::nullopt;
   }
+  // A delta entry: its base's rows first, under the fingerprint it records.
+  Result<std::optional<StoreBase>> base = StoreBaseFromMetadata(loaded->user_metadata);
+  if (!base.ok()) {
+    Drop(c.file, c.generation, corrupt_dropped, base.status().ToString());
+    return std::nullopt;
+  }
+  if (*base) {
+    std::optional<std::string_view> json = FindUserKey(loaded->user_metadata, kStoreFingerprintKey);
+    Result<ModelFingerprint> recorded =
+        json ? ModelFingerprint::FromJson(*json) : Status::Corruption("a delta entry records no fingerprint");
+    Result<PromptCache> joined = recorded.ok() ? JoinBase(**base, *recorded, model, key, loaded->cache)
+                                               : Result<PromptCache>(recorded.status());
+    if (!joined.ok()) {
+      Drop(c.file, c.generation, mismatched_dropped, joined.status().ToString());
+      return std::nullopt;
+    }
+    {
+      std::lock_guard<std::mutex> l(mu);
+      index.Touch((*base)->file);
+    }
+    loaded->cache = std::move(*joined);
+  }
   if (Status s = fingerprint != nullptr ? fingerprint->Check(loaded->cache) : Status::OK(); !s.ok()) {
     Drop(c.file, c.generation, mismatched_dropped, "layers of another model configuration: " + s.ToString());
     return std::nullopt;

@@ -29,6 +29,7 @@ struct ScannedFile {
   StoreKey key;
   int64_t bytes = 0;
   std::optional<ModelFingerprint> fingerprint;
+  std::string base;  // a delta entry's base file; empty for a whole entry
 };
 
 // Reads the header of a file (no tensor bytes); it must be one of our
@@ -98,7 +99,8 @@ struct PromptCacheStore::Impl {
   }
 
   void AddLocked(StoreIndex::Entry entry) {
-    LogLocked(ManifestAddLine(entry.file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint));
+    LogLocked(ManifestAddLine(entry.file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint,
+                              entry.base));
     Add(std::move(entry));
   }
 
@@ -107,12 +109,21 @@ struct PromptCacheStore::Impl {
     LogLocked(ManifestRemoveLine(file));
   }
 
+  // Removes `file` and the delta entries based on it, which cannot be
+  // served without it.
+  void EraseWithDependentsLocked(const std::string& file) {
+    for (const std::string& dependent : index.DependentsOf(file)) {
+      RemoveLocked(dependent);
+      index.Erase(dependent);
+    }
+    RemoveLocked(file);
+    index.Erase(file);
+  }
+
   void EvictLocked() {
     if (!indexed) return;  // the indexer evicts once it knows every file
     while (index.bytes() > options.max_bytes && index.size() > 0) {
-      const std::string victim = index.LeastRecent()->file;
-      RemoveLocked(victim);
-      index.Erase(victim);
+      EraseWithDependentsLocked(index.LeastRecent()->file);
     }
   }
 
@@ -202,6 +213,33 @@ struct PromptCacheStore::Impl {
   std::optional<Hit> FetchLonger(const std::string& model, const ModelFingerprint* fingerprint,
                                  std::span<const int32_t> tokens, std::span<const uint64_t> hashes,
                                  int64_t min_tokens);
+  // prompt_cache_store_delta.cc
+  // What a Put writes as a delta entry: the base and, one layer per leaf,
+  // the rows of tokens [base.tokens, L).
+  struct DeltaPlan {
+    StoreBase base;
+    PromptCache rows;
+  };
+  // The delta a Put of `cache` under (model, tokens) can write: on the whole
+  // entry of the same model key and fingerprint sharing the most tokens
+  // with it (at least kMinDeltaBase, fewer than all), when every leaf of
+  // the model is a rows leaf (docs/format.md §8.3) and no delta entry is
+  // based on the entry this Put replaces. nullopt: a whole entry is
+  // written, also when the base is a
+  // prefix of the prompt that the Put supersedes (`supersedes`: the cache
+  // can be trimmed) and no delta entry needs. REQUIRES: hashes =
+  // PrefixHashes(model, tokens).
+  static constexpr int64_t kMinDeltaBase = 32;
+  std::optional<DeltaPlan> PlanDelta(const std::string& model, const ModelFingerprint& fingerprint,
+                                     std::span<const int32_t> tokens, const PromptCache& cache,
+                                     std::span<const uint64_t> hashes, bool supersedes);
+  // The cache of a delta entry holding `rows` for (model, key): its base's
+  // rows [0, n) (loaded, verified, a whole entry holding model and key[0,
+  // n)) joined with its own. Corruption or NotFound naming what is
+  // wrong with the base.
+  Result<PromptCache> JoinBase(const StoreBase& base, const ModelFingerprint& fingerprint, const std::string& model,
+                               std::span<const int32_t> key, const PromptCache& rows);
+
   // Counts an entry written for another model configuration, with the reason.
   void Refuse(const std::string& file, const ModelFingerprint& asked);
 };

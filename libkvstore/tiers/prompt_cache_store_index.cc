@@ -11,13 +11,6 @@
 namespace kvstore {
 namespace {
 
-std::optional<std::string_view> FindUserKey(const Metadata& metadata, std::string_view key) {
-  for (const auto& [k, v] : metadata) {
-    if (k == key) return v;
-  }
-  return std::nullopt;
-}
-
 std::string StagedManifestName(Env* env) { return "MANIFEST.kvtmp-" + std::to_string(env->ProcessId()) + "-new"; }
 
 std::string_view AsText(std::span<const std::byte> bytes) {
@@ -52,7 +45,8 @@ Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
   }
   std::optional<StoreKey> key = StoreKeyFromMetadata(info.user_metadata);
   if (!key) return Status::Corruption("not a store entry: no valid model/tokens keys");
-  ScannedFile out{std::move(*key), static_cast<int64_t>(info.file_bytes), std::nullopt};
+  KV_ASSIGN_OR_RETURN(std::optional<StoreBase> base, StoreBaseFromMetadata(info.user_metadata));
+  ScannedFile out{std::move(*key), static_cast<int64_t>(info.file_bytes), std::nullopt, base ? base->file : ""};
   if (std::optional<std::string_view> json = FindUserKey(info.user_metadata, kStoreFingerprintKey)) {
     KV_ASSIGN_OR_RETURN(ModelFingerprint fp, ModelFingerprint::FromJson(*json));
     out.fingerprint = std::move(fp);
@@ -128,7 +122,7 @@ void PromptCacheStore::Impl::IndexFile(const std::string& name,
     const ManifestEntry& m = it->second;
     if (size.ok() && static_cast<int64_t>(*size) == m.bytes && StoreFileName(m.key.model, m.key.tokens) == name) {
       std::lock_guard<std::mutex> l(mu);
-      if (AddFoundLocked({name, m.key, m.bytes, m.fingerprint})) ++report.from_manifest;
+      if (AddFoundLocked({name, m.key, m.bytes, m.fingerprint, 0, true, m.base})) ++report.from_manifest;
       return;
     }
     ++report.manifest_ignored;
@@ -154,7 +148,8 @@ void PromptCacheStore::Impl::IndexFile(const std::string& name,
     if (scanned.ok()) ++mismatched_dropped;
     return;
   }
-  AddFoundLocked({name, std::move(scanned->key), scanned->bytes, DigestHex(scanned->fingerprint)});
+  AddFoundLocked({name, std::move(scanned->key), scanned->bytes, DigestHex(scanned->fingerprint), 0, true,
+                  std::move(scanned->base)});
 }
 
 Status PromptCacheStore::Impl::StageManifest(const std::string& staged, std::string_view text) {
@@ -178,7 +173,7 @@ Status PromptCacheStore::Impl::CompactManifest(uint64_t listed_bytes, std::strin
     std::lock_guard<std::mutex> l(mu);
     if (compacting) return Status::OK();  // another thread is at it
     index.ForEach([&](const StoreIndex::Entry& e) {
-      text += ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens, e.fingerprint);
+      text += ManifestAddLine(e.file, e.bytes, e.key.model, e.key.tokens, e.fingerprint, e.base);
     });
     compacting = true;
   }
@@ -252,7 +247,7 @@ void PromptCacheStore::Impl::FollowManifest() {
     // A line whose name is not its key's is never indexed (the file it
     // names is checked against the key at every load anyway).
     if (StoreFileName(e.key.model, e.key.tokens) != change.file) continue;
-    AddFoundLocked({change.file, std::move(e.key), e.bytes, std::move(e.fingerprint)});
+    AddFoundLocked({change.file, std::move(e.key), e.bytes, std::move(e.fingerprint), 0, true, std::move(e.base)});
   }
   EvictLocked();
 }
@@ -278,7 +273,8 @@ void PromptCacheStore::Impl::IndexPrefixesByName(const std::string& model, std::
       continue;
     }
     std::lock_guard<std::mutex> l(mu);
-    AddFoundLocked({name, std::move(scanned->key), scanned->bytes, DigestHex(scanned->fingerprint)});
+    AddFoundLocked({name, std::move(scanned->key), scanned->bytes, DigestHex(scanned->fingerprint), 0, true,
+                  std::move(scanned->base)});
   }
 }
 

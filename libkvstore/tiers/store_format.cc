@@ -4,6 +4,7 @@
 
 #include "libkvstore/integrity/sha256.h"
 #include "libkvstore/util/hex.h"
+#include "libkvstore/util/parse_int.h"
 
 namespace kvstore {
 
@@ -49,15 +50,43 @@ std::vector<std::string> StoreFileNamesOfPrefixes(std::string_view model, std::s
   return out;
 }
 
+bool IsStoreEntryFileName(std::string_view name) {
+  constexpr size_t kHexDigits = 16;
+  return name.size() == kHexDigits + kStoreFileSuffix.size() && name.ends_with(kStoreFileSuffix) &&
+         name.substr(0, kHexDigits).find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+std::string StoreBaseText(const StoreBase& base) {
+  return base.file + " " + std::to_string(base.tokens);
+}
+
+Result<std::optional<StoreBase>> StoreBaseFromMetadata(const Metadata& metadata) {
+  for (const auto& [k, v] : metadata) {
+    if (k != kStoreBaseKey) continue;
+    const std::vector<std::string_view> parts = SplitSpaces(v);
+    Result<int64_t> n = parts.size() == 2 ? ParseInt64(parts[1]) : Status::Corruption("");
+    if (parts.size() != 2 || !IsStoreEntryFileName(parts[0]) || !n.ok() || *n < 1) {
+      return Status::Corruption("malformed " + std::string(kStoreBaseKey) + " \"" + v.substr(0, 120) + "\"");
+    }
+    return std::optional<StoreBase>(StoreBase{std::string(parts[0]), *n});
+  }
+  return std::optional<StoreBase>();
+}
+
 bool IsStoreTempFileName(std::string_view name) {
   constexpr std::string_view kTemp = ".kvtmp-";
   const size_t at = name.find(kTemp);
   if (at == std::string_view::npos || at + kTemp.size() == name.size()) return false;
   const std::string_view base = name.substr(0, at);
   if (base == "kvstore-models.json" || base == "MANIFEST") return true;
-  constexpr size_t kHexDigits = 16;
-  return base.size() == kHexDigits + kStoreFileSuffix.size() && base.ends_with(kStoreFileSuffix) &&
-         base.substr(0, kHexDigits).find_first_not_of("0123456789abcdef") == std::string_view::npos;
+  return IsStoreEntryFileName(base);
+}
+
+std::optional<std::string_view> FindUserKey(const Metadata& metadata, std::string_view key) {
+  for (const auto& [k, v] : metadata) {
+    if (k == key) return v;
+  }
+  return std::nullopt;
 }
 
 Metadata StoreKeyMetadata(std::string_view model, std::span<const int32_t> tokens) {
@@ -76,11 +105,14 @@ std::optional<StoreKey> StoreKeyFromMetadata(const Metadata& metadata) {
 }
 
 std::string ManifestAddLine(std::string_view file, int64_t bytes, std::string_view model,
-                            std::span<const int32_t> tokens, std::string_view fingerprint) {
+                            std::span<const int32_t> tokens, std::string_view fingerprint,
+                            std::string_view base) {
   const std::string model_hex = model.empty() ? "-" : HexEncode(model);
   const std::string tokens_text = tokens.empty() ? "-" : TokensText(tokens);
   const std::string fp = fingerprint.empty() ? "-" : std::string(fingerprint);
-  return "+ " + std::string(file) + " " + std::to_string(bytes) + " " + model_hex + " " + tokens_text + " " + fp + "\n";
+  const std::string base_field = base.empty() ? "" : " " + std::string(base);
+  return "+ " + std::string(file) + " " + std::to_string(bytes) + " " + model_hex + " " + tokens_text + " " + fp +
+         base_field + "\n";
 }
 
 std::string ManifestRemoveLine(std::string_view file) { return "- " + std::string(file) + "\n"; }
@@ -96,15 +128,17 @@ std::vector<ManifestChange> ParseManifestChanges(std::span<const std::byte> data
     text.remove_prefix(nl + 1);
     if (parts.size() == 2 && parts[0] == "-") {
       out.push_back({std::string(parts[1]), std::nullopt});
-    } else if ((parts.size() == 5 || parts.size() == 6) && parts[0] == "+") {
+    } else if (parts.size() >= 5 && parts.size() <= 7 && parts[0] == "+") {
       int64_t bytes = 0;
       auto [p, ec] = std::from_chars(parts[2].data(), parts[2].data() + parts[2].size(), bytes);
       std::optional<std::string> model = HexDecode(Dash(parts[3]));
       std::optional<std::vector<int32_t>> tokens = ParseTokens(Dash(parts[4]));
       if (ec != std::errc() || p != parts[2].data() + parts[2].size() || bytes < 0 || !model || !tokens) continue;
-      const std::string fingerprint(parts.size() == 6 ? Dash(parts[5]) : std::string_view());
+      const std::string fingerprint(parts.size() >= 6 ? Dash(parts[5]) : std::string_view());
+      const std::string base(parts.size() == 7 ? parts[6] : std::string_view());
+      if (!base.empty() && !IsStoreEntryFileName(base)) continue;
       out.push_back({std::string(parts[1]),
-                     ManifestEntry{StoreKey{std::move(*model), std::move(*tokens)}, bytes, fingerprint}});
+                     ManifestEntry{StoreKey{std::move(*model), std::move(*tokens)}, bytes, fingerprint, base}});
     }
   }
   if (used != nullptr) *used = all.size() - text.size();

@@ -41,6 +41,23 @@ void StoreIndex::MarkUntrimmable(const std::string& file, uint64_t generation) {
   index_.MarkUntrimmable(*node);
 }
 
+const StoreIndex::Entry* StoreIndex::Find(const std::string& file) {
+  const auto* node = index_.Find(file);
+  return node ? &node->value : nullptr;
+}
+
+void StoreIndex::Touch(const std::string& file) {
+  if (auto* node = index_.Find(file)) index_.Touch(*node);
+}
+
+std::vector<std::string> StoreIndex::DependentsOf(const std::string& file) const {
+  std::vector<std::string> out;
+  index_.ForEach([&](const Entry& e) {
+    if (e.base == file) out.push_back(e.file);
+  });
+  return out;
+}
+
 const StoreIndex::Entry* StoreIndex::LeastRecent() const {
   const auto* node = index_.LeastRecent();
   return node ? &node->value : nullptr;

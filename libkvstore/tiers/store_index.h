@@ -30,6 +30,9 @@ class StoreIndex {
     // (known at a Put, learned at a load): such an entry serves only
     // prompts it is a prefix of.
     bool may_trim = true;
+    // A delta entry's base (store_format.h): the entry holding its first
+    // rows. Empty for a whole entry.
+    std::string base{};
   };
 
   StoreIndex() = default;
@@ -59,6 +62,13 @@ class StoreIndex {
   // Records that the entry of `file`, when still of `generation`, cannot
   // be trimmed: FindLonger no longer offers it.
   void MarkUntrimmable(const std::string& file, uint64_t generation);
+
+  // The entry of `file`; nullptr when there is none.
+  const Entry* Find(const std::string& file);
+  // Makes the entry of `file`, if any, the most recently used.
+  void Touch(const std::string& file);
+  // The entries whose base is `file`.
+  std::vector<std::string> DependentsOf(const std::string& file) const;
 
   // The least recently used entry; nullptr when empty.
   const Entry* LeastRecent() const;

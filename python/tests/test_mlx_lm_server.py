@@ -152,6 +152,8 @@ def test_the_patched_server_answers_as_the_unpatched_one_and_restarts_warm(model
         assert not any(len(k) >= 32 and o != k and o[:len(k)] == k for o in keys), "a stored prefix was kept"
     print(f"disk tier: {len(keys)} entries, {disk_bytes} bytes for {distinct_kv_bytes} KV bytes of distinct "
           f"tokens ({disk_bytes / distinct_kv_bytes:.2f}x)")
+    # Entries that share a prefix share its bytes (delta entries on a base).
+    assert disk_bytes <= 1.5 * distinct_kv_bytes
 
     # A restart: the first request is served from disk, as is an old conversation after
     # unrelated traffic; a prompt the disk holds whole (the regenerate) is answered.
@@ -194,14 +196,16 @@ def test_the_patched_server_answers_as_the_unpatched_one_and_restarts_warm(model
 
 def _stored_keys(store):
     """(the token keys of the disk tier's entries, their files' bytes, the KV bytes of the
-    distinct tokens they hold: a token position counts once however many entries hold it)."""
+    distinct tokens they hold: a token position counts once however many entries hold it,
+    at the KV bytes per token of a whole entry)."""
     keys, disk_bytes, per_token = [], 0, 0
     for f in store.glob("*.safetensors"):
         info = kvstore.inspect(str(f))
         tokens = tuple(int(t) for t in info["metadata"]["kvstore_tokens"].split(","))
         keys.append(tokens)
         disk_bytes += info["file_bytes"]
-        per_token = info["tensor_bytes"] / len(tokens)
+        if "kvstore_base" not in info["metadata"]:  # a delta entry holds only the rows after its base's
+            per_token = info["tensor_bytes"] / len(tokens)
     ordered = sorted(keys)
     shared = 0  # trie nodes counted twice: the common prefix of neighbours in sorted order
     for a, b in zip(ordered, ordered[1:]):

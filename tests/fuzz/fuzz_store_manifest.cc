@@ -1,7 +1,8 @@
-// A PromptCacheStore's MANIFEST and token lists come from disk (and from the
-// other processes sharing the directory): ParseManifestChanges, ReadManifest
-// and ParseTokens must never crash, and what they accept must write back
-// (ManifestAddLine, TokensText) to text that reads back the same.
+// A PromptCacheStore's MANIFEST, token lists and a delta entry's base come
+// from disk (and from the other processes sharing the directory):
+// ParseManifestChanges, ReadManifest, ParseTokens and StoreBaseFromMetadata
+// must never crash, and what they accept must write back (ManifestAddLine,
+// TokensText, StoreBaseText) to text that reads back the same.
 #include <cstddef>
 #include <cstdlib>
 #include <span>
@@ -15,6 +16,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   if (std::optional<std::vector<int32_t>> tokens = kvstore::ParseTokens(text)) {
     if (kvstore::ParseTokens(kvstore::TokensText(*tokens)) != tokens) std::abort();
+  }
+  const kvstore::Metadata metadata = {{std::string(kvstore::kStoreBaseKey), std::string(text)}};
+  if (auto base = kvstore::StoreBaseFromMetadata(metadata); base.ok() && base->has_value()) {
+    const kvstore::Metadata again = {{std::string(kvstore::kStoreBaseKey), kvstore::StoreBaseText(**base)}};
+    auto back = kvstore::StoreBaseFromMetadata(again);
+    if (!back.ok() || !back->has_value() || (*back)->file != (*base)->file || (*back)->tokens != (*base)->tokens) {
+      std::abort();
+    }
   }
   // A follower reads whole lines only: what it consumed ends a line, and
   // reading the rest later gives the same changes as reading it all now.
@@ -37,12 +46,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto entries = kvstore::ReadManifest(std::as_bytes(std::span(data, size)));
   for (const auto& [file, entry] : entries) {
     const std::string line =
-        kvstore::ManifestAddLine(file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint);
+        kvstore::ManifestAddLine(file, entry.bytes, entry.key.model, entry.key.tokens, entry.fingerprint, entry.base);
     const auto again = kvstore::ReadManifest(std::as_bytes(std::span(line.data(), line.size())));
     auto it = again.find(file);
     if (again.size() != 1 || it == again.end() || it->second.key.model != entry.key.model ||
         it->second.key.tokens != entry.key.tokens || it->second.bytes != entry.bytes ||
-        it->second.fingerprint != entry.fingerprint) {
+        it->second.fingerprint != entry.fingerprint || it->second.base != entry.base) {
       std::abort();
     }
   }

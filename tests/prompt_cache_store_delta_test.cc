@@ -1,0 +1,250 @@
+// PromptCacheStore's delta entries: entries that share a prefix share its
+// bytes, and a delta entry is served only with the base it was written on.
+#include <algorithm>
+
+#include "kvstore/prompt_cache_store.h"
+#include "kvstore/rotating_kv_cache.h"
+#include "libkvstore/tiers/store_format.h"
+#include "prompt_cache_store_testutil.h"
+
+namespace kvstore {
+namespace {
+
+using ::kvstore::testing::CacheOf;
+using ::kvstore::testing::Tokens;
+using PromptCacheStoreTest = ::kvstore::testing::PromptCacheStoreTest;
+
+// Tokens 1..n.
+Tokens FirstN(int32_t n) {
+  Tokens t;
+  for (int32_t i = 1; i <= n; ++i) t.push_back(i);
+  return t;
+}
+
+Tokens With(Tokens t, int32_t token) {
+  t.push_back(token);
+  return t;
+}
+
+// Tokens 1..n, then `tail` more from `first` on (another conversation
+// sharing the first n tokens).
+Tokens Branch(int32_t n, int32_t first, int32_t tail) {
+  Tokens t = FirstN(n);
+  for (int32_t i = 0; i < tail; ++i) t.push_back(first + i);
+  return t;
+}
+
+// The cache of tokens that share their first `n` with `head`'s: its rows
+// [0, n), then `tail` rows of CacheOf(tail, seed), as a model computes the
+// same KV for the same prefix.
+PromptCache Joined(const PromptCache& head, int64_t n, int64_t tail, uint64_t seed) {
+  Result<CacheState> h = head[0]->State();
+  Result<CacheState> t = CacheOf(tail, seed)[0]->State();
+  EXPECT_OK(h);
+  EXPECT_OK(t);
+  auto kv = std::make_shared<KVCache>();
+  EXPECT_OK(kv->UpdateAndFetch((*h)[0].array().Slice(2, 0, n), (*h)[1].array().Slice(2, 0, n)));
+  EXPECT_OK(kv->UpdateAndFetch((*t)[0].array(), (*t)[1].array()));
+  return {kv};
+}
+
+std::string FingerprintOf(const PromptCache& cache) { return ::kvstore::testing::Fingerprint(*cache[0]); }
+
+class StoreDeltaTest : public PromptCacheStoreTest {
+ protected:
+  // The store file of `tokens`' base, or "" for a whole entry.
+  std::string BaseOf(const Tokens& tokens) {
+    Result<PromptCacheInfo> info = ReadPromptCacheInfo(env_.get(), Path(FileOf(tokens)));
+    EXPECT_OK(info);
+    if (!info.ok()) return "";
+    Result<std::optional<StoreBase>> base = StoreBaseFromMetadata(info->user_metadata);
+    EXPECT_OK(base);
+    return base.ok() && *base ? (*base)->file : "";
+  }
+  int64_t FileBytes(const Tokens& tokens) {
+    Result<uint64_t> size = env_->GetFileSize(Path(FileOf(tokens)));
+    EXPECT_OK(size);
+    return size.ok() ? static_cast<int64_t>(*size) : 0;
+  }
+
+  const Tokens a_ = FirstN(100);
+  const Tokens b_ = Branch(60, 500, 40);  // shares 60 tokens with a_
+  const PromptCache cache_a_ = CacheOf(100, 7);
+  const PromptCache cache_b_ = Joined(cache_a_, 60, 40, 9);
+};
+
+TEST_F(StoreDeltaTest, ASharedPrefixIsStoredOnceAndServedJoined) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  EXPECT_EQ(BaseOf(a_), "");
+  EXPECT_EQ(BaseOf(b_), FileOf(a_));
+  // b_ holds its 40 rows only.
+  EXPECT_LT(FileBytes(b_), FileBytes(a_) / 2);
+  std::string got;
+  EXPECT_EQ(Fetch(*store, With(b_, 999), &got), 100);
+  EXPECT_EQ(got, FingerprintOf(cache_b_));
+  EXPECT_EQ(Fetch(*store, With(a_, 999), &got), 100);
+  EXPECT_EQ(got, FingerprintOf(cache_a_));
+  // Trimmed, as any longer entry: 80 tokens of b_.
+  EXPECT_EQ(Fetch(*store, With(Tokens(b_.begin(), b_.begin() + 80), 999), &got), 80);
+  PromptCache trimmed = Joined(cache_a_, 60, 40, 9);
+  ASSERT_OK(trimmed[0]->Trim(20));
+  EXPECT_EQ(got, FingerprintOf(trimmed));
+  EXPECT_EQ(store->corrupt_dropped() + store->mismatched_dropped(), 0);
+}
+
+TEST_F(StoreDeltaTest, AReopenedStoreServesDeltaEntriesFromTheManifestAndFromHeaders) {
+  {
+    std::unique_ptr<PromptCacheStore> store = OpenStore();
+    ASSERT_OK(store->Put("m", a_, cache_a_));
+    ASSERT_OK(store->Put("m", b_, cache_b_));
+  }
+  EXPECT_NE(Manifest().find(" " + FileOf(a_) + "\n"), std::string::npos) << Manifest();
+  for (bool with_manifest : {true, false}) {
+    SCOPED_TRACE(with_manifest);
+    if (!with_manifest) {
+      ASSERT_OK(env_->RemoveFile(Path("MANIFEST")));
+    }
+    StoreOpenReport report;
+    std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+    EXPECT_EQ(report.from_manifest, with_manifest ? 2 : 0);
+    std::string got;
+    EXPECT_EQ(Fetch(*store, With(b_, 999), &got), 100);
+    EXPECT_EQ(got, FingerprintOf(cache_b_));
+  }
+}
+
+TEST_F(StoreDeltaTest, ADeltaEntryWhoseBaseIsGoneIsACountedMiss) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  const std::string delta = FileOf(b_);
+  ASSERT_OK(env_->RemoveFile(Path(FileOf(a_))));  // as another process's eviction would
+  EXPECT_EQ(Fetch(*store, With(b_, 999)), -1);
+  EXPECT_EQ(store->mismatched_dropped(), 1);
+  EXPECT_FALSE(env_->FileExists(Path(delta)));
+  const std::vector<std::string> dropped = store->TakeDropped();
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_NE(dropped[0].find("its base"), std::string::npos) << dropped[0];
+}
+
+TEST_F(StoreDeltaTest, ABaseReplacedByAnotherKeysFileIsRefused) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  const Tokens other = Branch(10, 700, 90);  // shares too little to be a base
+  ASSERT_OK(store->Put("m", other, CacheOf(100, 11)));
+  ASSERT_EQ(BaseOf(other), "");
+  // The base's name now holds another key's file: never joined.
+  ASSERT_OK(env_->RenameFile(Path(FileOf(other)), Path(FileOf(a_))));
+  EXPECT_EQ(Fetch(*store, With(b_, 999)), -1);
+  EXPECT_EQ(store->mismatched_dropped(), 1);
+  const std::vector<std::string> dropped = store->TakeDropped();
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_NE(dropped[0].find("does not hold the tokens shared"), std::string::npos) << dropped[0];
+}
+
+TEST_F(StoreDeltaTest, ABaseIsNotSupersededWhileADeltaEntryNeedsIt) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  // a_ + 50 tokens: a_ is its prefix, but b_ is based on it, so it stays
+  // and the longer entry is a delta on it too.
+  const Tokens longer = Branch(100, 900, 50);
+  const PromptCache cache_longer = Joined(cache_a_, 100, 50, 13);
+  ASSERT_OK(store->Put("m", longer, cache_longer));
+  EXPECT_EQ(store->entries(), 3);
+  EXPECT_EQ(store->prefixes_superseded(), 0);
+  EXPECT_EQ(BaseOf(longer), FileOf(a_));
+  std::string got;
+  EXPECT_EQ(Fetch(*store, With(b_, 999), &got), 100);
+  EXPECT_EQ(got, FingerprintOf(cache_b_));
+  EXPECT_EQ(Fetch(*store, With(longer, 999), &got), 150);
+  EXPECT_EQ(got, FingerprintOf(cache_longer));
+  // The next turn of b_'s conversation supersedes b_ (a delta entry, no
+  // base) and is a delta on a_ in its place.
+  const Tokens next = Branch(60, 500, 70);
+  ASSERT_OK(store->Put("m", next, Joined(cache_b_, 100, 30, 15)));
+  EXPECT_EQ(store->prefixes_superseded(), 1);
+  EXPECT_EQ(store->entries(), 3);
+  EXPECT_EQ(BaseOf(next), FileOf(a_));
+}
+
+TEST_F(StoreDeltaTest, AConversationThatOnlyGrowsStaysOneWholeFile) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  const Tokens longer = Branch(100, 900, 50);
+  ASSERT_OK(store->Put("m", longer, Joined(cache_a_, 100, 50, 13)));
+  EXPECT_EQ(store->entries(), 1);
+  EXPECT_EQ(store->prefixes_superseded(), 1);
+  EXPECT_EQ(BaseOf(longer), "");
+}
+
+TEST_F(StoreDeltaTest, EvictionNeverLeavesADeltaEntryWithoutItsBase) {
+  std::unique_ptr<PromptCacheStore> probe = OpenStore();
+  ASSERT_OK(probe->Put("m", a_, cache_a_));
+  const int64_t whole = probe->bytes();
+  probe.reset();
+  ASSERT_OK(env_->RemoveFile(Path(FileOf(a_))));
+  ASSERT_OK(env_->RemoveFile(Path("MANIFEST")));
+  // Room for a_, b_ and a little: each unrelated entry evicts something.
+  std::unique_ptr<PromptCacheStore> store = OpenStore(nullptr, whole * 3 / 2 + whole / 10);
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  const std::string base = FileOf(a_), delta = FileOf(b_);
+  for (int32_t i = 0; i < 3; ++i) {
+    ASSERT_OK(store->Put("m", Branch(0, 2000 + 1000 * i, 100), CacheOf(100, 20 + i)));
+    EXPECT_TRUE(!env_->FileExists(Path(delta)) || env_->FileExists(Path(base))) << i;
+    EXPECT_LE(store->bytes(), whole * 3 / 2 + whole / 10);
+  }
+  EXPECT_FALSE(env_->FileExists(Path(delta)));
+}
+
+TEST_F(StoreDeltaTest, ModelsWhoseStateIsNotRowsAndStoresWithoutSharingWriteWholeEntries) {
+  // A RotatingKVCache's state at a token count is not a slice of a longer one.
+  auto rotating = [](int64_t tokens, uint64_t seed) {
+    auto c = std::make_shared<RotatingKVCache>(256);
+    PromptCache whole = CacheOf(tokens, seed);
+    Result<CacheState> s = whole[0]->State();
+    EXPECT_OK(s);
+    EXPECT_OK(c->UpdateAndFetch((*s)[0].array(), (*s)[1].array()));
+    return PromptCache{c};
+  };
+  {
+    std::unique_ptr<PromptCacheStore> store = OpenStore();
+    ASSERT_OK(store->Put("m", a_, rotating(100, 7)));
+    ASSERT_OK(store->Put("m", b_, rotating(100, 9)));
+    EXPECT_EQ(BaseOf(b_), "");
+  }
+  ASSERT_OK(env_->RemoveFile(Path(FileOf(b_))));
+  PromptCacheStoreOptions options;
+  options.share_prefixes = false;
+  std::unique_ptr<PromptCacheStore> store = OpenStoreWith(options);
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  EXPECT_EQ(BaseOf(b_), "");
+}
+
+TEST_F(StoreDeltaTest, AMalformedBaseIsDroppedAtOpen) {
+  {
+    std::unique_ptr<PromptCacheStore> store = OpenStore();
+    ASSERT_OK(store->Put("m", a_, cache_a_));
+  }
+  for (const char* bad : {"nothex.safetensors 10", "0123456789abcdef.safetensors 0", "0123456789abcdef.safetensors",
+                          "0123456789abcdef.safetensors x"}) {
+    Metadata metadata = StoreKeyMetadata("m", b_);
+    metadata.emplace_back(std::string(kStoreBaseKey), bad);
+    SavePromptCacheOptions save;
+    save.digest = DigestAlgorithm::kXxh3_128;
+    ASSERT_OK(SavePromptCache(env_.get(), Path(StoreFileName("m", b_)), CacheOf(40, 3), metadata, save));
+    StoreOpenReport report;
+    std::unique_ptr<PromptCacheStore> store = OpenStore(&report);
+    ASSERT_EQ(report.dropped.size(), 1u) << bad;
+    EXPECT_NE(report.dropped[0].find("malformed kvstore_base"), std::string::npos) << report.dropped[0];
+    EXPECT_NE(Fetch(*store, With(b_, 999)), 100);
+  }
+}
+
+}  // namespace
+}  // namespace kvstore
