@@ -87,17 +87,20 @@ void BM_TieredFetchMemoryHit(benchmark::State& state) {
 }
 BENCHMARK(BM_TieredFetchMemoryHit)->Arg(0)->Arg(1);
 
-// A disk hit on the second of two 8192-token conversations that share their
-// first 6144 tokens (32 layers, 8 KiB of KV per token): with
-// share_prefixes = range(0), its entry is a delta (2048 rows of its own,
-// joined with its base's 6144 at the load) instead of a whole file. What a
-// stored prefix shared costs the serving path. In-memory Env.
+// A disk hit on the second of two 2048-token conversations that share their
+// first 1536 tokens (32 layers of 8 KV heads of 64 dims, F16: 64 KiB of KV
+// per token, 128 MiB per entry): with share_prefixes = range(0), its entry
+// is a delta (512 rows of its own, joined with its base's 1536 at the load)
+// instead of a whole file. What a
+// stored prefix shared costs the serving path. A directory on disk (in the
+// page cache once written): the load maps the files.
 void BM_StoreFetchSharedPrefix(benchmark::State& state) {
-  constexpr int64_t kTokens = 8192, kShared = 6144;
-  std::unique_ptr<kvstore::Env> env = kvstore::NewMemEnv();
+  constexpr int64_t kTokens = 2048, kShared = 1536;
+  const std::string dir = kvstore::bench::TempDir() + "/shared-prefix-" + std::to_string(state.range(0));
+  std::filesystem::remove_all(dir);
   kvstore::PromptCacheStoreOptions options;
   options.share_prefixes = state.range(0) != 0;
-  auto opened = kvstore::PromptCacheStore::Open(env.get(), "/store", options);
+  auto opened = kvstore::PromptCacheStore::Open(kvstore::Env::Default(), dir, options);
   if (!opened.ok() || !(*opened)->WaitUntilIndexed().ok()) {
     state.SkipWithError("open failed");
     return;
@@ -108,7 +111,7 @@ void BM_StoreFetchSharedPrefix(benchmark::State& state) {
     first[i] = static_cast<int32_t>(i);
     second[i] = static_cast<int32_t>(i < kShared ? i : 100000 + i);
   }
-  const kvstore::PromptCache cache = BigCache(kTokens, 1);
+  const kvstore::PromptCache cache = BigCache(kTokens, 8);
   if (!store->Put("m", first, cache).ok() || !store->Put("m", second, cache).ok()) {
     state.SkipWithError("put failed");
     return;

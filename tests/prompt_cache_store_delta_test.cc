@@ -1,6 +1,8 @@
 // PromptCacheStore's delta entries: entries that share a prefix share its
 // bytes, and a delta entry is served only with the base it was written on.
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "kvstore/prompt_cache_store.h"
 #include "kvstore/rotating_kv_cache.h"
@@ -60,6 +62,18 @@ class StoreDeltaTest : public PromptCacheStoreTest {
     Result<std::optional<StoreBase>> base = StoreBaseFromMetadata(info->user_metadata);
     EXPECT_OK(base);
     return base.ok() && *base ? (*base)->file : "";
+  }
+  // The delta entries in the directory.
+  int DeltaEntries() {
+    Result<std::vector<std::string>> names = env_->GetChildren(::kvstore::testing::kDir);
+    EXPECT_OK(names);
+    int n = 0;
+    for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
+      if (!IsStoreEntryFileName(name)) continue;
+      Result<PromptCacheInfo> info = ReadPromptCacheInfo(env_.get(), Path(name));
+      if (info.ok() && FindUserKey(info->user_metadata, kStoreBaseKey)) ++n;
+    }
+    return n;
   }
   int64_t FileBytes(const Tokens& tokens) {
     Result<uint64_t> size = env_->GetFileSize(Path(FileOf(tokens)));
@@ -199,6 +213,58 @@ TEST_F(StoreDeltaTest, EvictionNeverLeavesADeltaEntryWithoutItsBase) {
     EXPECT_LE(store->bytes(), whole * 3 / 2 + whole / 10);
   }
   EXPECT_FALSE(env_->FileExists(Path(delta)));
+}
+
+// Threads putting and fetching branches of one conversation under a budget
+// that evicts all the time: a hit is always the KV of the tokens asked
+// (whichever base and delta entries it was joined from), never a torn or
+// foreign join. Under TSan in scripts/test.sh --tsan.
+TEST_F(StoreDeltaTest, ConcurrentBranchesUnderEvictionServeOnlyTheirOwnKV) {
+  constexpr int kThreads = 4, kRounds = 12;
+  const PromptCache trunk = CacheOf(160, 7);  // the KV of tokens 1..160
+  // Branch (thread t, round r): tokens 1..n then 40 of its own; its KV is
+  // the trunk's first n rows and rows of seed 100 t + r.
+  auto branch_n = [](int t, int r) { return static_cast<int32_t>(32 + 16 * ((t + r) % 8)); };
+  auto branch = [&](int t, int r) { return Branch(branch_n(t, r), 10000 * (t + 1) + 100 * r, 40); };
+  auto branch_cache = [&](int t, int r) { return Joined(trunk, branch_n(t, r), 40, 100 * t + r); };
+  std::unique_ptr<PromptCacheStore> probe = OpenStore();
+  ASSERT_OK(probe->Put("m", FirstN(160), trunk));
+  const int64_t whole = probe->bytes();
+  probe.reset();
+  std::unique_ptr<PromptCacheStore> store = OpenStore(nullptr, whole * 3);
+  std::atomic<int> hits{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        if (r % 3 == 0) (void)store->Put("m", FirstN(160), trunk);
+        if (!store->Put("m", branch(t, r), branch_cache(t, r)).ok()) ++wrong;
+        for (int back = 0; back <= std::min(r, 2); ++back) {
+          const Tokens key = branch(t, r - back);
+          Result<std::optional<PromptCacheStore::Hit>> hit = store->FetchLongestPrefix("m", With(key, -1));
+          if (!hit.ok()) {
+            ++wrong;
+            continue;
+          }
+          if (!hit->has_value()) continue;
+          // Whatever length was served, it is the KV of those tokens.
+          PromptCache want = branch_cache(t, r - back);
+          const int64_t length = (*hit)->length;
+          if (length > static_cast<int64_t>(key.size()) || !want[0]->Trim(static_cast<int64_t>(key.size()) - length).ok() ||
+              FingerprintOf(want) != FingerprintOf((*hit)->cache)) {
+            ++wrong;
+          }
+          ++hits;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(hits.load(), kThreads * kRounds);  // most fetches hit
+  EXPECT_EQ(store->corrupt_dropped(), 0);
+  EXPECT_GT(DeltaEntries(), 0);
+  EXPECT_LT(store->entries(), kThreads * kRounds);  // the budget evicted
 }
 
 TEST_F(StoreDeltaTest, ModelsWhoseStateIsNotRowsAndStoresWithoutSharingWriteWholeEntries) {

@@ -53,7 +53,7 @@ Result<StoreOpenReport> PromptCacheStore::WaitUntilIndexed() const {
 }
 
 Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
-                                   std::span<const int32_t> tokens, const PromptCache& cache) {
+                                   std::span<const int32_t> tokens, const PromptCache& cache, bool share) {
   if (tokens.empty()) return Status::InvalidArgument("PromptCacheStore: empty token key");
   KV_RETURN_IF_ERROR(CheckLeafTokens(cache, static_cast<int64_t>(tokens.size())).WithPrefix("PromptCacheStore"));
   FollowManifest();  // the budget counts what the other processes wrote
@@ -68,7 +68,8 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
   // Sharing a prefix with an entry: only the rows after it are written.
   const std::optional<DeltaPlan> delta =
-      fingerprint && options.share_prefixes ? PlanDelta(model, *fingerprint, tokens, cache, hashes, supersedes) : std::nullopt;
+      fingerprint && share && options.share_prefixes ? PlanDelta(model, *fingerprint, tokens, cache, hashes, supersedes)
+                                                     : std::nullopt;
   Metadata metadata = StoreKeyMetadata(model, tokens);
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
   if (delta) metadata.emplace_back(std::string(kStoreBaseKey), StoreBaseText(delta->base));
@@ -91,7 +92,14 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
     return size.status();
   }
   {
-    std::lock_guard<std::mutex> l(mu);
+    std::unique_lock<std::mutex> l(mu);
+    if (delta && !index.Contains(delta->base.file)) {
+      // The base went while this was written (evicted, or superseded by
+      // another Put): written whole instead.
+      l.unlock();
+      (void)env->RemoveFile(Path(staged));
+      return Put(model, fingerprint, tokens, cache, false);
+    }
     if (Status renamed = env->RenameFile(Path(staged), Path(file)); !renamed.ok()) {
       (void)env->RemoveFile(Path(staged));
       return renamed;

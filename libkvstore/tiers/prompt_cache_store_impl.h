@@ -191,8 +191,9 @@ struct PromptCacheStore::Impl {
   // prefixes of (model, tokens), found by their file names.
   void IndexPrefixesByName(const std::string& model, std::span<const int32_t> tokens);
 
+  // `share`: a delta entry may be written (PromptCacheStoreOptions::share_prefixes).
   Status Put(const std::string& model, const std::optional<ModelFingerprint>& fingerprint,
-             std::span<const int32_t> tokens, const PromptCache& cache);
+             std::span<const int32_t> tokens, const PromptCache& cache, bool share = true);
   // A hit of more than `min_tokens` tokens (entries serving fewer are not read).
   Result<std::optional<Hit>> Fetch(const std::string& model, const ModelFingerprint* fingerprint,
                                    std::span<const int32_t> tokens, int64_t min_tokens);
