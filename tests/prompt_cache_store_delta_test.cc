@@ -143,6 +143,28 @@ TEST_F(StoreDeltaTest, ADeltaEntryWhoseBaseIsGoneIsACountedMiss) {
   EXPECT_NE(dropped[0].find("its base"), std::string::npos) << dropped[0];
 }
 
+// As for a whole entry, a read error (maybe transient) is a miss that
+// keeps the entry: here the base's.
+TEST_F(StoreDeltaTest, ABaseThatCannotBeReadIsAMissThatKeepsTheDeltaEntry) {
+  {
+    std::unique_ptr<PromptCacheStore> store = OpenStore();
+    ASSERT_OK(store->Put("m", a_, cache_a_));
+    ASSERT_OK(store->Put("m", b_, cache_b_));
+  }
+  ::kvstore::testing::UnreadableEnv env(env_.get());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PromptCacheStore> store,
+                       PromptCacheStore::Open(&env, ::kvstore::testing::kDir, PromptCacheStoreOptions{}));
+  ASSERT_OK(store->WaitUntilIndexed());
+  env.unreadable = Path(FileOf(a_));
+  EXPECT_EQ(Fetch(*store, With(b_, 999)), -1);
+  EXPECT_EQ(store->entries(), 2);
+  EXPECT_EQ(store->corrupt_dropped() + store->mismatched_dropped(), 0);
+  env.unreadable.clear();
+  std::string got;
+  EXPECT_EQ(Fetch(*store, With(b_, 999), &got), 100);
+  EXPECT_EQ(got, FingerprintOf(cache_b_));
+}
+
 TEST_F(StoreDeltaTest, ABaseReplacedByAnotherKeysFileIsRefused) {
   std::unique_ptr<PromptCacheStore> store = OpenStore();
   ASSERT_OK(store->Put("m", a_, cache_a_));

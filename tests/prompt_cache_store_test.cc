@@ -13,6 +13,7 @@ using ::kvstore::testing::CacheOf;
 using ::kvstore::testing::Fingerprint;
 using ::kvstore::testing::kDir;
 using ::kvstore::testing::Tokens;
+using ::kvstore::testing::UnreadableEnv;
 using PromptCacheStoreTest = ::kvstore::testing::PromptCacheStoreTest;
 
 TEST_F(PromptCacheStoreTest, ServesTheLongestStoredPrefixOfTheSameModel) {
@@ -62,16 +63,6 @@ TEST_F(PromptCacheStoreTest, DroppedFilesAreReportedOnceAndBounded) {
 }
 
 // Fails reads of one path with an I/O error.
-class UnreadableEnv : public FaultInjectionEnv {
- public:
-  using FaultInjectionEnv::FaultInjectionEnv;
-  Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) override {
-    if (path == unreadable) return Status::IOError(path + ": injected read error");
-    return FaultInjectionEnv::OpenReadable(path);
-  }
-  std::string unreadable;
-};
-
 // A read that fails for an I/O error is a miss that keeps the entry.
 TEST_F(PromptCacheStoreTest, UnreadableFileIsSkippedButKept) {
   PutAll({{{1, 2}, 5}, {{1, 2, 3}, 7}});

@@ -29,6 +29,18 @@ inline PromptCache CacheOf(int64_t tokens, uint64_t seed) {
   return {kv};
 }
 
+// Opening the file `unreadable` fails with IOError (a read error, maybe
+// transient).
+class UnreadableEnv : public FaultInjectionEnv {
+ public:
+  using FaultInjectionEnv::FaultInjectionEnv;
+  Result<std::shared_ptr<const ReadableFile>> OpenReadable(const std::string& path) override {
+    if (path == unreadable) return Status::IOError(path + ": injected read error");
+    return FaultInjectionEnv::OpenReadable(path);
+  }
+  std::string unreadable;
+};
+
 class PromptCacheStoreTest : public ::testing::Test {
  protected:
   std::unique_ptr<PromptCacheStore> OpenStore(StoreOpenReport* report = nullptr, int64_t max_bytes = int64_t{1} << 30) {

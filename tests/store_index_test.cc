@@ -2,6 +2,8 @@
 // alone, and its on-disk names, metadata and manifest lines parse strictly.
 #include "libkvstore/tiers/store_index.h"
 
+#include <algorithm>
+
 #include "libkvstore/tiers/prefix_hash.h"
 #include "libkvstore/tiers/store_format.h"
 #include "testutil.h"
@@ -52,6 +54,32 @@ TEST(StoreIndexTest, FindsTheLongestPrefixWithRealHashes) {
   EXPECT_EQ(Longest(index, "m", query, hashes, 5), "2");
   index.Insert(EntryOf("4", "m", {5, 6, 7, 8}), KeyHash("m", Tokens{5, 6, 7, 8}));
   EXPECT_EQ(Longest(index, "m", query, hashes, 5), "4");
+}
+
+// Which entries delta entries are based on, kept through inserts,
+// replacements and erasures.
+TEST(StoreIndexTest, CountsTheDeltaEntriesOnEachBase) {
+  StoreIndex index;
+  auto delta = [](const std::string& file, const std::string& base) {
+    StoreIndex::Entry e = EntryOf(file, "m", {1, 2, 3});
+    e.base = base;
+    return e;
+  };
+  index.Insert(EntryOf("a", "m", {1, 2}), 1);
+  index.Insert(delta("b", "a"), 2);
+  index.Insert(delta("c", "a"), 3);
+  EXPECT_TRUE(index.HasDependents("a"));
+  EXPECT_FALSE(index.HasDependents("b"));
+  std::vector<std::string> on_a = index.DependentsOf("a");
+  std::sort(on_a.begin(), on_a.end());
+  EXPECT_EQ(on_a, (std::vector<std::string>{"b", "c"}));
+  index.Insert(EntryOf("b", "m", {1, 2, 3}), 2);  // b replaced by a whole entry
+  EXPECT_EQ(index.DependentsOf("a"), std::vector<std::string>{"c"});
+  EXPECT_FALSE(index.Erase("c", index.Find("c")->generation + 1));  // another generation: kept
+  EXPECT_TRUE(index.HasDependents("a"));
+  EXPECT_TRUE(index.Erase("c"));
+  EXPECT_FALSE(index.HasDependents("a"));
+  EXPECT_TRUE(index.DependentsOf("a").empty());
 }
 
 TEST(StoreIndexTest, RecencyBytesAndGenerations) {

@@ -130,7 +130,7 @@ void PromptCacheStore::Impl::RemovePrefixesLocked(const std::string& model, cons
     // Another configuration's entry (another --kv-bits, say) is not served
     // by this one: kept.
     if (e->fingerprint != fingerprint) continue;
-    if (!index.DependentsOf(e->file).empty()) continue;  // a base: its delta entries need it
+    if (index.HasDependents(e->file)) continue;  // a base: its delta entries need it
     const std::string victim = e->file;
     RemoveLocked(victim);
     index.Erase(victim);

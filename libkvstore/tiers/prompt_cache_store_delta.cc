@@ -59,7 +59,7 @@ std::optional<PromptCacheStore::Impl::DeltaPlan> PromptCacheStore::Impl::PlanDel
       found.push_back(longer);
     }
     // An entry that delta entries are based on stays whole when replaced.
-    if (!index.DependentsOf(self).empty()) return std::nullopt;
+    if (index.HasDependents(self)) return std::nullopt;
     for (const StoreIndex::Entry* e : found) {
       if (!e->base.empty()) e = index.Find(e->base);
       if (e == nullptr || !e->base.empty() || e->fingerprint != digest || e->key.model != model || e->file == self) {
@@ -72,7 +72,7 @@ std::optional<PromptCacheStore::Impl::DeltaPlan> PromptCacheStore::Impl::PlanDel
         base_length = e->key.tokens.size();
       }
     }
-    superseded = supersedes && shared == static_cast<int64_t>(base_length) && index.DependentsOf(base_file).empty();
+    superseded = supersedes && shared == static_cast<int64_t>(base_length) && !index.HasDependents(base_file);
   }
   // A conversation that only grows (a prompt, then prompt + completion, the
   // next turn) stays one whole file: the Put supersedes its prefix.

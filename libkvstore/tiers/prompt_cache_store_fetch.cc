@@ -59,6 +59,9 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
         json ? ModelFingerprint::FromJson(*json) : Status::Corruption("a delta entry records no fingerprint");
     Result<PromptCache> joined = recorded.ok() ? JoinBase(**base, *recorded, model, key, loaded->cache)
                                                : Result<PromptCache>(recorded.status());
+    // The base unreadable for an I/O error (maybe transient): kept, as a
+    // whole entry would be; gone or not the entry it was written on: dropped.
+    if (!joined.ok() && joined.status().code() == StatusCode::kIOError) return std::nullopt;
     if (!joined.ok()) {
       Drop(c.file, c.generation, mismatched_dropped, joined.status().ToString());
       return std::nullopt;

@@ -4,7 +4,14 @@
 
 namespace kvstore {
 
+void StoreIndex::CountBase(const std::string& base, int delta) {
+  if (base.empty()) return;
+  if ((dependents_[base] += delta) <= 0) dependents_.erase(base);
+}
+
 const StoreIndex::Entry& StoreIndex::Insert(Entry entry, uint64_t key_hash) {
+  if (const auto* old = index_.Find(entry.file)) CountBase(old->value.base, -1);
+  CountBase(entry.base, +1);
   entry.generation = next_generation_++;
   const std::vector<uint64_t> hashes =
       entry.may_trim ? PrefixHashes(entry.key.model, entry.key.tokens) : std::vector<uint64_t>{};
@@ -17,6 +24,7 @@ const StoreIndex::Entry& StoreIndex::Insert(Entry entry, uint64_t key_hash) {
 bool StoreIndex::Erase(const std::string& file, std::optional<uint64_t> generation) {
   const auto* node = index_.Find(file);
   if (node == nullptr || (generation && node->value.generation != *generation)) return false;
+  CountBase(node->value.base, -1);
   index_.Erase(file);
   return true;
 }
@@ -52,6 +60,7 @@ void StoreIndex::Touch(const std::string& file) {
 
 std::vector<std::string> StoreIndex::DependentsOf(const std::string& file) const {
   std::vector<std::string> out;
+  if (!HasDependents(file)) return out;
   index_.ForEach([&](const Entry& e) {
     if (e.base == file) out.push_back(e.file);
   });

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "libkvstore/tiers/prefix_index.h"
@@ -67,7 +68,8 @@ class StoreIndex {
   const Entry* Find(const std::string& file);
   // Makes the entry of `file`, if any, the most recently used.
   void Touch(const std::string& file);
-  // The entries whose base is `file`.
+  // Whether delta entries are based on `file` (O(1)), and which (O(entries)).
+  bool HasDependents(const std::string& file) const { return dependents_.count(file) > 0; }
   std::vector<std::string> DependentsOf(const std::string& file) const;
 
   // The least recently used entry; nullptr when empty.
@@ -80,8 +82,11 @@ class StoreIndex {
   int64_t bytes() const { return index_.bytes(); }
 
  private:
+  void CountBase(const std::string& base, int delta);
+
   PrefixIndex<std::string, Entry> index_;  // by file name
   uint64_t next_generation_ = 1;
+  std::unordered_map<std::string, int64_t> dependents_;  // base file -> delta entries on it (> 0)
 };
 
 }  // namespace kvstore
