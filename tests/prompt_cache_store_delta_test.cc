@@ -129,6 +129,26 @@ TEST_F(StoreDeltaTest, AReopenedStoreServesDeltaEntriesFromTheManifestAndFromHea
   }
 }
 
+// A base this store has not indexed (still indexing the directory at a
+// restart; here a manifest line lost) is loaded by its name.
+TEST_F(StoreDeltaTest, ABaseNotYetIndexedIsLoadedByItsName) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  {
+    std::unique_ptr<PromptCacheStore> other = OpenStore();  // another server on the directory
+    ASSERT_OK(other->Put("m", a_, cache_a_));
+    ASSERT_OK(other->Put("m", b_, cache_b_));
+  }
+  std::string manifest = Manifest();
+  const size_t line = manifest.find("+ " + FileOf(a_));
+  ASSERT_NE(line, std::string::npos);
+  manifest.erase(line, manifest.find('\n', line) + 1 - line);
+  SetManifest(manifest);
+  std::string got;
+  EXPECT_EQ(Fetch(*store, With(b_, 999), &got), 100);
+  EXPECT_EQ(got, FingerprintOf(cache_b_));
+  EXPECT_EQ(store->entries(), 1);  // the delta entry, from its line
+}
+
 TEST_F(StoreDeltaTest, ADeltaEntryWhoseBaseIsGoneIsACountedMiss) {
   std::unique_ptr<PromptCacheStore> store = OpenStore();
   ASSERT_OK(store->Put("m", a_, cache_a_));
@@ -160,6 +180,27 @@ TEST_F(StoreDeltaTest, ABaseThatCannotBeReadIsAMissThatKeepsTheDeltaEntry) {
   EXPECT_EQ(store->entries(), 2);
   EXPECT_EQ(store->corrupt_dropped() + store->mismatched_dropped(), 0);
   env.unreadable.clear();
+  std::string got;
+  EXPECT_EQ(Fetch(*store, With(b_, 999), &got), 100);
+  EXPECT_EQ(got, FingerprintOf(cache_b_));
+}
+
+// A corrupt base is dropped (as a corrupt entry), with the delta entry that
+// needed it; the next Put sharing its prefix is whole.
+TEST_F(StoreDeltaTest, ACorruptBaseIsDroppedWithItsDeltaEntry) {
+  std::unique_ptr<PromptCacheStore> store = OpenStore();
+  ASSERT_OK(store->Put("m", a_, cache_a_));
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  const std::string base = FileOf(a_), delta = FileOf(b_);
+  CorruptTensorByte(base);
+  EXPECT_EQ(Fetch(*store, With(b_, 999)), -1);
+  EXPECT_EQ(store->corrupt_dropped(), 1);
+  EXPECT_EQ(store->mismatched_dropped(), 1);
+  EXPECT_FALSE(env_->FileExists(Path(base)));
+  EXPECT_FALSE(env_->FileExists(Path(delta)));
+  EXPECT_EQ(store->entries(), 0);
+  ASSERT_OK(store->Put("m", b_, cache_b_));
+  EXPECT_EQ(BaseOf(b_), "");
   std::string got;
   EXPECT_EQ(Fetch(*store, With(b_, 999), &got), 100);
   EXPECT_EQ(got, FingerprintOf(cache_b_));

@@ -99,11 +99,27 @@ Result<PromptCache> PromptCacheStore::Impl::JoinBase(const StoreBase& base, cons
   if (!leaves || base.tokens >= length || rows.size() != leaves->size()) {
     return Status::Corruption("a delta entry of a model it cannot hold, or of no rows");
   }
+  // The base's generation, to drop it when it is corrupt. A base not
+  // indexed (the directory is still being indexed, or a race left the file
+  // unlisted) is loaded by its name all the same.
+  std::optional<uint64_t> generation;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (const StoreIndex::Entry* e = index.Find(base.file)) generation = e->generation;
+  }
   LoadPromptCacheOptions options;
   options.verify = true;
   Result<LoadedPromptCache> loaded = LoadPromptCache(env, Path(base.file), options);
-  if (!loaded.ok()) return loaded.status().WithPrefix(where);
-  if (!loaded->verified) return Status::Corruption(where + " has no digests to verify");
+  const StatusCode code = loaded.ok() ? StatusCode::kOk : loaded.status().code();
+  if (code == StatusCode::kIOError || code == StatusCode::kNotFound) return loaded.status().WithPrefix(where);
+  if (!loaded.ok() || !loaded->verified) {
+    // A corrupt base is dropped as any corrupt entry is, so that the next
+    // Put sharing its prefix writes a whole entry instead of another delta
+    // entry on it.
+    const std::string why = loaded.ok() ? "has no digests to verify" : loaded.status().ToString();
+    if (generation) Drop(base.file, *generation, corrupt_dropped, why);
+    return Status::Corruption(where + " " + why);
+  }
   std::optional<StoreKey> held = StoreKeyFromMetadata(loaded->user_metadata);
   Result<std::optional<StoreBase>> base_of_base = StoreBaseFromMetadata(loaded->user_metadata);
   if (!held || held->model != model || static_cast<int64_t>(held->tokens.size()) < base.tokens ||
