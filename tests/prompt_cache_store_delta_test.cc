@@ -75,6 +75,13 @@ class StoreDeltaTest : public PromptCacheStoreTest {
     }
     return n;
   }
+  // A store holding a_ (a whole entry) and b_ (a delta entry on it).
+  std::unique_ptr<PromptCacheStore> StoreWithBaseAndDelta() {
+    std::unique_ptr<PromptCacheStore> store = OpenStore();
+    EXPECT_OK(store->Put("m", a_, cache_a_));
+    EXPECT_OK(store->Put("m", b_, cache_b_));
+    return store;
+  }
   int64_t FileBytes(const Tokens& tokens) {
     Result<uint64_t> size = env_->GetFileSize(Path(FileOf(tokens)));
     EXPECT_OK(size);
@@ -88,9 +95,7 @@ class StoreDeltaTest : public PromptCacheStoreTest {
 };
 
 TEST_F(StoreDeltaTest, ASharedPrefixIsStoredOnceAndServedJoined) {
-  std::unique_ptr<PromptCacheStore> store = OpenStore();
-  ASSERT_OK(store->Put("m", a_, cache_a_));
-  ASSERT_OK(store->Put("m", b_, cache_b_));
+  std::unique_ptr<PromptCacheStore> store = StoreWithBaseAndDelta();
   EXPECT_EQ(BaseOf(a_), "");
   EXPECT_EQ(BaseOf(b_), FileOf(a_));
   // b_ holds its 40 rows only.
@@ -109,11 +114,7 @@ TEST_F(StoreDeltaTest, ASharedPrefixIsStoredOnceAndServedJoined) {
 }
 
 TEST_F(StoreDeltaTest, AReopenedStoreServesDeltaEntriesFromTheManifestAndFromHeaders) {
-  {
-    std::unique_ptr<PromptCacheStore> store = OpenStore();
-    ASSERT_OK(store->Put("m", a_, cache_a_));
-    ASSERT_OK(store->Put("m", b_, cache_b_));
-  }
+  StoreWithBaseAndDelta().reset();
   EXPECT_NE(Manifest().find(" " + FileOf(a_) + "\n"), std::string::npos) << Manifest();
   for (bool with_manifest : {true, false}) {
     SCOPED_TRACE(with_manifest);
@@ -150,9 +151,7 @@ TEST_F(StoreDeltaTest, ABaseNotYetIndexedIsLoadedByItsName) {
 }
 
 TEST_F(StoreDeltaTest, ADeltaEntryWhoseBaseIsGoneIsACountedMiss) {
-  std::unique_ptr<PromptCacheStore> store = OpenStore();
-  ASSERT_OK(store->Put("m", a_, cache_a_));
-  ASSERT_OK(store->Put("m", b_, cache_b_));
+  std::unique_ptr<PromptCacheStore> store = StoreWithBaseAndDelta();
   const std::string delta = FileOf(b_);
   ASSERT_OK(env_->RemoveFile(Path(FileOf(a_))));  // as another process's eviction would
   EXPECT_EQ(Fetch(*store, With(b_, 999)), -1);
@@ -166,11 +165,7 @@ TEST_F(StoreDeltaTest, ADeltaEntryWhoseBaseIsGoneIsACountedMiss) {
 // As for a whole entry, a read error (maybe transient) is a miss that
 // keeps the entry: here the base's.
 TEST_F(StoreDeltaTest, ABaseThatCannotBeReadIsAMissThatKeepsTheDeltaEntry) {
-  {
-    std::unique_ptr<PromptCacheStore> store = OpenStore();
-    ASSERT_OK(store->Put("m", a_, cache_a_));
-    ASSERT_OK(store->Put("m", b_, cache_b_));
-  }
+  StoreWithBaseAndDelta().reset();
   ::kvstore::testing::UnreadableEnv env(env_.get());
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<PromptCacheStore> store,
                        PromptCacheStore::Open(&env, ::kvstore::testing::kDir, PromptCacheStoreOptions{}));
@@ -188,9 +183,7 @@ TEST_F(StoreDeltaTest, ABaseThatCannotBeReadIsAMissThatKeepsTheDeltaEntry) {
 // A corrupt base is dropped (as a corrupt entry), with the delta entry that
 // needed it; the next Put sharing its prefix is whole.
 TEST_F(StoreDeltaTest, ACorruptBaseIsDroppedWithItsDeltaEntry) {
-  std::unique_ptr<PromptCacheStore> store = OpenStore();
-  ASSERT_OK(store->Put("m", a_, cache_a_));
-  ASSERT_OK(store->Put("m", b_, cache_b_));
+  std::unique_ptr<PromptCacheStore> store = StoreWithBaseAndDelta();
   const std::string base = FileOf(a_), delta = FileOf(b_);
   CorruptTensorByte(base);
   EXPECT_EQ(Fetch(*store, With(b_, 999)), -1);
@@ -207,9 +200,7 @@ TEST_F(StoreDeltaTest, ACorruptBaseIsDroppedWithItsDeltaEntry) {
 }
 
 TEST_F(StoreDeltaTest, ABaseReplacedByAnotherKeysFileIsRefused) {
-  std::unique_ptr<PromptCacheStore> store = OpenStore();
-  ASSERT_OK(store->Put("m", a_, cache_a_));
-  ASSERT_OK(store->Put("m", b_, cache_b_));
+  std::unique_ptr<PromptCacheStore> store = StoreWithBaseAndDelta();
   const Tokens other = Branch(10, 700, 90);  // shares too little to be a base
   ASSERT_OK(store->Put("m", other, CacheOf(100, 11)));
   ASSERT_EQ(BaseOf(other), "");
@@ -223,9 +214,7 @@ TEST_F(StoreDeltaTest, ABaseReplacedByAnotherKeysFileIsRefused) {
 }
 
 TEST_F(StoreDeltaTest, ABaseIsNotSupersededWhileADeltaEntryNeedsIt) {
-  std::unique_ptr<PromptCacheStore> store = OpenStore();
-  ASSERT_OK(store->Put("m", a_, cache_a_));
-  ASSERT_OK(store->Put("m", b_, cache_b_));
+  std::unique_ptr<PromptCacheStore> store = StoreWithBaseAndDelta();
   // a_ + 50 tokens: a_ is its prefix, but b_ is based on it, so it stays
   // and the longer entry is a delta on it too.
   const Tokens longer = Branch(100, 900, 50);

@@ -65,11 +65,12 @@ Status PromptCacheStore::Impl::Put(const std::string& model, const std::optional
   // turns of one conversation, cost one file, not one per step. A prefix
   // that is the base of a delta entry stays (the delta entry needs it).
   const bool supersedes = CanTrimPromptCache(cache);
-  const std::vector<uint64_t> hashes = PrefixHashes(model, tokens);
   // Sharing a prefix with an entry: only the rows after it are written.
+  const bool may_share = fingerprint && share && options.share_prefixes;
+  const std::vector<uint64_t> hashes =
+      supersedes || may_share ? PrefixHashes(model, tokens) : std::vector<uint64_t>();
   const std::optional<DeltaPlan> delta =
-      fingerprint && share && options.share_prefixes ? PlanDelta(model, *fingerprint, tokens, cache, hashes, supersedes)
-                                                     : std::nullopt;
+      may_share ? PlanDelta(model, *fingerprint, tokens, cache, hashes, supersedes) : std::nullopt;
   Metadata metadata = StoreKeyMetadata(model, tokens);
   if (fingerprint) metadata.emplace_back(std::string(kStoreFingerprintKey), fingerprint->json());
   if (delta) metadata.emplace_back(std::string(kStoreBaseKey), StoreBaseText(delta->base));

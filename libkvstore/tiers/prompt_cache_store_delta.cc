@@ -50,6 +50,8 @@ std::optional<PromptCacheStore::Impl::DeltaPlan> PromptCacheStore::Impl::PlanDel
   bool superseded = false;  // the base is a prefix of the prompt that this Put removes
   {
     std::lock_guard<std::mutex> l(mu);
+    // An entry that delta entries are based on stays whole when replaced.
+    if (index.HasDependents(self)) return std::nullopt;
     std::vector<const StoreIndex::Entry*> found;
     const StoreIndex::Entry* prefix = index.FindLongestPrefix(model, tokens, hashes, tokens.size() - 1);
     if (prefix != nullptr) found.push_back(prefix);
@@ -58,8 +60,6 @@ std::optional<PromptCacheStore::Impl::DeltaPlan> PromptCacheStore::Impl::PlanDel
     if (const StoreIndex::Entry* longer = index.FindLonger(model, tokens, hashes, at_least, common)) {
       found.push_back(longer);
     }
-    // An entry that delta entries are based on stays whole when replaced.
-    if (index.HasDependents(self)) return std::nullopt;
     for (const StoreIndex::Entry* e : found) {
       if (!e->base.empty()) e = index.Find(e->base);
       if (e == nullptr || !e->base.empty() || e->fingerprint != digest || e->key.model != model || e->file == self) {

@@ -54,10 +54,9 @@ std::optional<PromptCache> PromptCacheStore::Impl::LoadChecked(const Candidate& 
     return std::nullopt;
   }
   if (*base) {
-    std::optional<std::string_view> json = FindUserKey(loaded->user_metadata, kStoreFingerprintKey);
-    Result<ModelFingerprint> recorded =
-        json ? ModelFingerprint::FromJson(*json) : Status::Corruption("a delta entry records no fingerprint");
-    Result<PromptCache> joined = recorded.ok() ? JoinBase(**base, *recorded, model, key, loaded->cache)
+    Result<std::optional<ModelFingerprint>> recorded = RecordedFingerprint(loaded->user_metadata);
+    if (recorded.ok() && !*recorded) recorded = Status::Corruption("a delta entry records no fingerprint");
+    Result<PromptCache> joined = recorded.ok() ? JoinBase(**base, **recorded, model, key, loaded->cache)
                                                : Result<PromptCache>(recorded.status());
     // The base unreadable for an I/O error (maybe transient): kept, as a
     // whole entry would be; gone or not the entry it was written on: dropped.

@@ -38,6 +38,10 @@ struct ScannedFile {
 // be valid. IOError when it cannot be read.
 Result<ScannedFile> ScanFile(Env* env, const std::string& path);
 
+// The model fingerprint a store file records (kvstore_fingerprint):
+// nullopt when it records none, Corruption when it does not parse.
+Result<std::optional<ModelFingerprint>> RecordedFingerprint(const Metadata& metadata);
+
 std::string DigestHex(const std::optional<ModelFingerprint>& fp);
 
 struct PromptCacheStore::Impl {

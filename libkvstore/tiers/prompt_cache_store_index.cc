@@ -46,12 +46,16 @@ Result<ScannedFile> ScanFile(Env* env, const std::string& path) {
   std::optional<StoreKey> key = StoreKeyFromMetadata(info.user_metadata);
   if (!key) return Status::Corruption("not a store entry: no valid model/tokens keys");
   KV_ASSIGN_OR_RETURN(std::optional<StoreBase> base, StoreBaseFromMetadata(info.user_metadata));
-  ScannedFile out{std::move(*key), static_cast<int64_t>(info.file_bytes), std::nullopt, base ? base->file : ""};
-  if (std::optional<std::string_view> json = FindUserKey(info.user_metadata, kStoreFingerprintKey)) {
-    KV_ASSIGN_OR_RETURN(ModelFingerprint fp, ModelFingerprint::FromJson(*json));
-    out.fingerprint = std::move(fp);
-  }
-  return out;
+  KV_ASSIGN_OR_RETURN(std::optional<ModelFingerprint> fingerprint, RecordedFingerprint(info.user_metadata));
+  return ScannedFile{std::move(*key), static_cast<int64_t>(info.file_bytes), std::move(fingerprint),
+                     base ? base->file : ""};
+}
+
+Result<std::optional<ModelFingerprint>> RecordedFingerprint(const Metadata& metadata) {
+  std::optional<std::string_view> json = FindUserKey(metadata, kStoreFingerprintKey);
+  if (!json) return std::optional<ModelFingerprint>();
+  KV_ASSIGN_OR_RETURN(ModelFingerprint fp, ModelFingerprint::FromJson(*json));
+  return std::optional<ModelFingerprint>(std::move(fp));
 }
 
 std::string DigestHex(const std::optional<ModelFingerprint>& fp) { return fp ? fp->digest().ToHex() : ""; }
